@@ -1,0 +1,1 @@
+//! uroce transport (see the crate README).

@@ -1,0 +1,1 @@
+//! Integration-test helpers shared by the tests in `tests/tests/`.

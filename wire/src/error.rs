@@ -1,0 +1,106 @@
+//! The typed errors of every parser in this crate.
+//!
+//! Parsing never panics: every malformed input maps to one of these variants.
+
+use core::fmt;
+
+/// Why a packet, frame or header was rejected. Each variant names one fault a caller can
+/// count and act on; none of them is ever produced by a panic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Error {
+    /// The buffer ends before a header or field that must be present.
+    /// `needed` and `got` are in bytes.
+    Truncated {
+        /// Which layer was being parsed ("ethernet", "ipv4", "bth", "reth", ...).
+        layer: &'static str,
+        /// Bytes that layer needs.
+        needed: usize,
+        /// Bytes there were.
+        got: usize,
+    },
+    /// The BTH opcode is not one this crate knows (IBTA vol. 1 table 38 plus CNP 0x81).
+    UnknownOpcode(u8),
+    /// The BTH transport header version (TVer) is not 0 (IBTA vol. 1 §9.2.8).
+    BadTransportVersion(u8),
+    /// The opcode carries no payload, but bytes (or pad) follow its headers.
+    UnexpectedPayload {
+        /// The BTH opcode.
+        opcode: u8,
+        /// Payload bytes found (pad included).
+        len: usize,
+    },
+    /// The BTH pad count is larger than the bytes that follow the headers.
+    PadBeyondPayload {
+        /// The BTH PadCnt field (0..=3).
+        pad: u8,
+        /// Bytes between the headers and the ICRC.
+        available: usize,
+    },
+    /// The payload length is not allowed for this opcode at this path MTU
+    /// (IBTA vol. 1 §9.7.7: first and middle packets carry exactly the path MTU,
+    /// last packets 1..=MTU bytes, only packets 0..=MTU bytes).
+    BadPayloadLength {
+        /// The BTH opcode.
+        opcode: u8,
+        /// The payload length in bytes (pad excluded).
+        len: usize,
+        /// The path MTU in bytes.
+        mtu: usize,
+    },
+    /// A length field disagrees with the bytes present (IP total length, IPv6 payload
+    /// length or UDP length).
+    LengthMismatch {
+        /// Which layer's length field disagreed.
+        layer: &'static str,
+        /// The length the header declares, in bytes.
+        declared: usize,
+        /// The bytes actually available, in bytes.
+        actual: usize,
+    },
+    /// The Ethernet type is neither IPv4, IPv6 nor an 802.1Q tag over them.
+    UnsupportedEthertype(u16),
+    /// The IP header is malformed (wrong version, bad IHL, fragment).
+    BadIpHeader(&'static str),
+    /// The IP protocol / IPv6 next header is not UDP (17).
+    NotUdp(u8),
+    /// The UDP destination port is not the RoCEv2 port 4791.
+    NotRoce(u16),
+    /// A field holds a value the specification reserves (e.g. an AETH syndrome with a
+    /// reserved code).
+    Reserved(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Error::Truncated { layer, needed, got } => {
+                write!(f, "truncated {layer}: needs {needed} bytes, got {got}")
+            }
+            Error::UnknownOpcode(op) => write!(f, "unknown BTH opcode {op:#04x}"),
+            Error::BadTransportVersion(v) => write!(f, "BTH transport version {v}, expected 0"),
+            Error::UnexpectedPayload { opcode, len } => {
+                write!(f, "opcode {opcode:#04x} carries no payload, but {len} bytes follow its headers")
+            }
+            Error::PadBeyondPayload { pad, available } => {
+                write!(f, "pad count {pad} exceeds the {available} bytes after the headers")
+            }
+            Error::BadPayloadLength { opcode, len, mtu } => {
+                write!(f, "payload of {len} bytes not allowed for opcode {opcode:#04x} at path MTU {mtu}")
+            }
+            Error::LengthMismatch { layer, declared, actual } => {
+                write!(f, "{layer} length says {declared} bytes, but {actual} are present")
+            }
+            Error::UnsupportedEthertype(t) => write!(f, "unsupported ethertype {t:#06x}"),
+            Error::BadIpHeader(why) => write!(f, "bad IP header: {why}"),
+            Error::NotUdp(p) => write!(f, "IP protocol {p} is not UDP"),
+            Error::NotRoce(p) => write!(f, "UDP destination port {p} is not RoCEv2 (4791)"),
+            Error::Reserved(what) => write!(f, "reserved value in {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result of the parsers in this crate.
+pub type Result<T> = core::result::Result<T, Error>;
