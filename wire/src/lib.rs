@@ -23,6 +23,19 @@ pub mod error;
 pub mod mtu;
 pub mod psn;
 
+// InfiniBand transport headers and the RoCE packet (BTH .. ICRC).
+pub mod headers;
+pub mod opcode;
+pub mod packet;
+
+// Framing around it and the invariant CRC.
+pub mod ethernet;
+pub mod frame;
+pub mod icrc;
+pub mod ipv4;
+pub mod ipv6;
+pub mod udp;
+
 pub use error::{Error, Result};
 pub use mtu::Mtu;
 pub use psn::Psn;
