@@ -58,7 +58,7 @@ fuzz: fuzz-build
 	done
 
 bench:
-	$(CARGO) bench --workspace
+	$(CARGO) bench -p uroce-wire --bench parse
 
 lab-interop:
 	@echo "lab-interop: the interop matrix against Linux rxe arrives with the interop issue" >&2

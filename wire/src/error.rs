@@ -69,6 +69,18 @@ pub enum Error {
     /// A field holds a value the specification reserves (e.g. an AETH syndrome with a
     /// reserved code).
     Reserved(&'static str),
+    /// A `RoceRepr` being emitted disagrees with its opcode's row of the opcode table
+    /// (IBTA vol. 1 table 38): it lacks an extended header the opcode carries, or has one
+    /// the opcode does not carry.
+    HeaderMismatch {
+        /// The BTH opcode.
+        opcode: u8,
+        /// The extended header ("reth", "aeth", "deth", ...).
+        header: &'static str,
+        /// True when the opcode carries the header and the Repr lacks it; false when the
+        /// Repr has a header the opcode does not carry.
+        required: bool,
+    },
 }
 
 impl fmt::Display for Error {
@@ -96,6 +108,14 @@ impl fmt::Display for Error {
             Error::NotUdp(p) => write!(f, "IP protocol {p} is not UDP"),
             Error::NotRoce(p) => write!(f, "UDP destination port {p} is not RoCEv2 (4791)"),
             Error::Reserved(what) => write!(f, "reserved value in {what}"),
+            Error::HeaderMismatch { opcode, header, required: true } => write!(
+                f,
+                "opcode {opcode:#04x} carries a {header} header, but the RoceRepr has none: set it"
+            ),
+            Error::HeaderMismatch { opcode, header, required: false } => write!(
+                f,
+                "opcode {opcode:#04x} carries no {header} header, but the RoceRepr has one: remove it"
+            ),
         }
     }
 }

@@ -135,10 +135,18 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     pub fn check_len(&self) -> Result<()> {
         let got = self.buffer.as_ref().len();
         if got < HEADER_LEN {
-            return Err(Error::Truncated { layer: "ethernet", needed: HEADER_LEN, got });
+            return Err(Error::Truncated {
+                layer: "ethernet",
+                needed: HEADER_LEN,
+                got,
+            });
         }
         if self.ethertype() == EtherType::VLAN && got < VLAN_HEADER_LEN {
-            return Err(Error::Truncated { layer: "ethernet", needed: VLAN_HEADER_LEN, got });
+            return Err(Error::Truncated {
+                layer: "ethernet",
+                needed: VLAN_HEADER_LEN,
+                got,
+            });
         }
         Ok(())
     }
@@ -321,7 +329,11 @@ mod tests {
 
     fn tagged_repr() -> EthernetRepr {
         EthernetRepr {
-            vlan: Some(VlanTag { pcp: 3, dei: false, vid: 100 }),
+            vlan: Some(VlanTag {
+                pcp: 3,
+                dei: false,
+                vid: 100,
+            }),
             ..repr()
         }
     }
@@ -329,7 +341,10 @@ mod tests {
     #[test]
     fn deconstruct() {
         let f = EthernetFrame::new_checked(&FRAME_BYTES[..]).unwrap();
-        assert_eq!(f.dst_addr(), MacAddress([0x52, 0x54, 0x00, 0x99, 0x00, 0x12]));
+        assert_eq!(
+            f.dst_addr(),
+            MacAddress([0x52, 0x54, 0x00, 0x99, 0x00, 0x12])
+        );
         assert_eq!(f.src_addr().to_string(), "52:54:00:99:00:11");
         assert_eq!(f.ethertype(), EtherType::IPV4);
         assert_eq!(f.vlan_tag(), None);
@@ -338,7 +353,14 @@ mod tests {
 
         let t = EthernetFrame::new_checked(&TAGGED_BYTES[..]).unwrap();
         assert_eq!(t.ethertype(), EtherType::VLAN);
-        assert_eq!(t.vlan_tag(), Some(VlanTag { pcp: 3, dei: false, vid: 100 }));
+        assert_eq!(
+            t.vlan_tag(),
+            Some(VlanTag {
+                pcp: 3,
+                dei: false,
+                vid: 100
+            })
+        );
         assert_eq!(t.payload_ethertype(), EtherType::IPV4);
         assert_eq!(t.header_len(), 18);
         assert_eq!(t.payload(), &[0x45, 0x00]);
@@ -359,7 +381,11 @@ mod tests {
         t.set_dst_addr(MacAddress([0x52, 0x54, 0x00, 0x99, 0x00, 0x12]));
         t.set_src_addr(MacAddress([0x52, 0x54, 0x00, 0x99, 0x00, 0x11]));
         t.set_ethertype(EtherType::VLAN);
-        t.set_vlan_tag(VlanTag { pcp: 3, dei: false, vid: 100 });
+        t.set_vlan_tag(VlanTag {
+            pcp: 3,
+            dei: false,
+            vid: 100,
+        });
         t.set_vlan_ethertype(EtherType::IPV4);
         t.payload_mut().copy_from_slice(&[0x45, 0x00]);
         assert_eq!(buf, TAGGED_BYTES);
@@ -394,11 +420,19 @@ mod tests {
     fn truncated() {
         assert_eq!(
             EthernetFrame::new_checked(&FRAME_BYTES[..13]).unwrap_err(),
-            Error::Truncated { layer: "ethernet", needed: 14, got: 13 }
+            Error::Truncated {
+                layer: "ethernet",
+                needed: 14,
+                got: 13
+            }
         );
         assert_eq!(
             EthernetFrame::new_checked(&TAGGED_BYTES[..17]).unwrap_err(),
-            Error::Truncated { layer: "ethernet", needed: 18, got: 17 }
+            Error::Truncated {
+                layer: "ethernet",
+                needed: 18,
+                got: 17
+            }
         );
         assert!(EthernetFrame::new_checked(&TAGGED_BYTES[..18]).is_ok());
     }

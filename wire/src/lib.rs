@@ -39,3 +39,26 @@ pub mod udp;
 pub use error::{Error, Result};
 pub use mtu::Mtu;
 pub use psn::Psn;
+
+pub use ethernet::{EtherType, EthernetRepr, MacAddress, VlanTag};
+pub use frame::{
+    parse_ethernet_frame, parse_ip_packet, parse_udp_payload, FrameEmitter, IpRepr, RoceFrame,
+    UdpChecksumMode,
+};
+pub use headers::{
+    rnr_timer_code_at_least, rnr_timer_duration, rnr_timer_micros, AethHeader, AtomicAckEthHeader,
+    AtomicEthHeader, BthHeader, DethHeader, FethHeader, IethHeader, ImmDtHeader, RethHeader,
+    RNR_TIMER_MICROS,
+};
+pub use headers::{
+    AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthPacket, BthRepr, DethRepr,
+    FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr,
+};
+pub use icrc::{IcrcIpFacts, IcrcVerdict, InvariantHeaders};
+pub use ipv4::Ipv4Repr;
+pub use ipv6::Ipv6Repr;
+pub use opcode::{
+    ExtHeader, ExtHeaders, Opcode, OpcodeInfo, Operation, Position, TransportClass, OPCODES,
+};
+pub use packet::{check_payload_len, pad_len, RocePacket, RoceRepr, ICRC_LEN};
+pub use udp::{ChecksumStatus, UdpRepr, ROCEV2_PORT};

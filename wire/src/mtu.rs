@@ -22,7 +22,13 @@ pub enum Mtu {
 
 impl Mtu {
     /// All MTUs, smallest first.
-    pub const ALL: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+    pub const ALL: [Mtu; 5] = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ];
 
     /// The MTU in bytes (256, 512, 1024, 2048 or 4096).
     pub const fn bytes(self) -> usize {
