@@ -1,1 +1,43 @@
-//! uroce transport (see the crate README).
+//! # uroce-provider: the uroce transport and its verbs object model
+//!
+//! This crate holds the state of every verbs object of a uroce device, with the rules
+//! that govern it, and (in later milestones) the sans-IO RC/UC/UD transport that moves
+//! bytes between them. `uroce-verbs` is the libibverbs-shaped safe API over it.
+//!
+//! Objects and where their rules come from:
+//!
+//! | module | object | rules from |
+//! | --- | --- | --- |
+//! | [`device`] | device configuration, GID table, port | IBTA vol. 1 §11.2.1, annex A17 (RoCEv2 GIDs) |
+//! | [`limits`] | device limits (`ibv_query_device`) | `ibv_query_device(3)` |
+//! | [`pd`] | protection domain | IBTA §10.2.3 |
+//! | [`mr`] | memory region, L_Key / R_Key, bounds and access checks | IBTA §10.6, `ibv_reg_mr(3)` |
+//! | [`cq`] | completion queue and its notification | IBTA §11.2.8, `ibv_req_notify_cq(3)` |
+//! | [`srq`] | shared receive queue | IBTA §10.2.9, `ibv_modify_srq(3)` |
+//! | [`ah`] | address handle (UD) | IBTA §10.2.2, `ibv_create_ah(3)` |
+//! | [`wr`] | work requests and their validation | IBTA §11.4.1, `ibv_post_send(3)` |
+//! | [`wc`] | work completions | IBTA §11.4.2.1, `ibv_poll_cq(3)` |
+//! | [`event`] | asynchronous events | IBTA §11.6.3, `ibv_get_async_event(3)` |
+//! | [`qp`] | queue pair, its state machine and attributes | IBTA §10.3, §11.2.5, Linux `ib_modify_qp_is_ok` |
+//!
+//! Determinism: nothing in this crate reads a clock or seeds a random-number generator
+//! by itself. Keys and QP numbers come from a ChaCha20 generator seeded by
+//! [`device::DeviceConfig::seed`].
+
+#![warn(missing_docs)]
+
+pub mod ah;
+pub mod cq;
+pub mod device;
+pub mod error;
+pub mod event;
+pub mod limits;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+pub mod srq;
+pub mod wc;
+pub mod wr;
+
+pub use error::{Error, Resource};
+pub use qp::state::{modify_qp_is_ok, QpAttrMask, QpState, QpType};

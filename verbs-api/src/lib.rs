@@ -1,1 +1,59 @@
-//! Verbs API.
+//! # uroce-verbs: the verbs of libibverbs, in safe Rust, over the uroce provider
+//!
+//! Every object of libibverbs has a handle here, cheap to clone (an `Arc`):
+//! [`Device`] / [`Context`] (`ibv_get_device_list`, `ibv_open_device`), [`Pd`],
+//! [`Mr`], [`Cq`], [`CompChannel`], [`Qp`], [`Srq`], [`Ah`]. The rules come from the
+//! IBTA specification, volume 1, and the libibverbs man pages; each method names its
+//! source. Errors are [`VerbsError`] (with [`VerbsError::errno`] for the C ABI) or, for
+//! posting, [`BadWr`] (libibverbs' `bad_wr`: the index of the first refused WR).
+//!
+//! ## Devices
+//!
+//! A uroce device is one provider instance bound to one local IP address, IPv4 or
+//! IPv6; it will own UDP port 4791 on that address. [`devices`] reads the list from
+//!
+//! 1. the `UROCE_DEVICES` environment variable, e.g.
+//!    `UROCE_DEVICES="uroce0=192.0.2.1,uroce1=2001:db8::1"`; else
+//! 2. the file named by `UROCE_CONFIG`: one `name=address` per line, `#` comments; else
+//! 3. the default: `uroce0` on 127.0.0.1 and `uroce1` on 127.0.0.2.
+//!
+//! Devices keep the order of the list. Each has one port, number 1, with a one-entry
+//! GID table: GID index 0 is the RoCEv2 GID of the address (`::ffff:a.b.c.d` for
+//! IPv4, the address itself for IPv6). So `-d uroce0 -g 0` always means the same thing.
+//! Limits ([`Context::query_device`]) are [`DeviceLimits::DEFAULT`], at least rxe's.
+//!
+//! ## Memory regions
+//!
+//! The safe API owns registered memory: [`Pd::alloc_mr`] allocates it, [`Pd::reg_mr`]
+//! takes the caller's bytes, [`Mr::dereg`] gives them back. The program reads and
+//! writes through [`Mr::read`], [`Mr::write`] and [`Mr::fill`], which use atomic
+//! accesses, because peers write the memory from the progress thread at any time; so
+//! no data race is possible without `unsafe`. [`Pd::reg_mr_raw`] registers foreign
+//! memory for the C ABI.
+//!
+//! ## Randomness
+//!
+//! R_Keys, L_Keys and QP numbers are unpredictable: a context draws a seed from the
+//! operating system ([`Device::open`]); tests fix it with [`Device::open_with_seed`].
+
+#![warn(missing_docs)]
+
+mod eventfd;
+mod objects;
+
+pub use objects::*;
+pub use uroce_provider::ah::AhAttr;
+pub use uroce_provider::device::{DeviceConfig, Gid, PortAttr, PortState};
+pub use uroce_provider::event::AsyncEvent;
+pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
+pub use uroce_provider::mr::{AccessFault, AccessFlags};
+pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
+pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
+pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+pub use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError};
+pub use uroce_provider::Error as VerbsError;
+pub use uroce_provider::Resource;
+pub use uroce_provider::{modify_qp_is_ok, QpAttrMask, QpState, QpType};
+
+/// Shorthand for `Result<T, VerbsError>`.
+pub type Result<T, E = VerbsError> = core::result::Result<T, E>;

@@ -1,0 +1,249 @@
+//! Completion queues (IBTA vol. 1 §11.2.8 and §11.4.2, `ibv_create_cq(3)`,
+//! `ibv_req_notify_cq(3)`).
+
+use crate::device::Device;
+use crate::error::{Error, Resource, Result};
+use crate::event::AsyncEvent;
+use crate::wc::{WcStatus, WorkCompletion};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Told when an armed CQ gets a completion that fires its notification (the verbs
+/// layer's completion channel).
+pub trait CqNotify: Send + Sync {
+    /// The CQ fired; it is disarmed until the next `req_notify`.
+    fn fire(&self);
+}
+
+/// Which completions fire an armed CQ (`ibv_req_notify_cq(3)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    /// Not armed: no notification.
+    Off,
+    /// The next completion of any kind.
+    Next,
+    /// The next solicited completion: a receive of a message with the Solicited Event
+    /// bit, or any unsuccessful completion (IBTA §11.4.2.2).
+    Solicited,
+}
+
+struct CqState {
+    entries: VecDeque<WorkCompletion>,
+    arm: Arm,
+    overflowed: bool,
+}
+
+/// A completion queue.
+pub struct CompletionQueue {
+    id: u32,
+    depth: u32,
+    device: Arc<Device>,
+    state: Mutex<CqState>,
+    notify: Option<Arc<dyn CqNotify>>,
+    users: AtomicUsize,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("id", &self.id)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+static NEXT_CQ: AtomicU32 = AtomicU32::new(1);
+
+impl CompletionQueue {
+    /// Creates a CQ of at least `cqe` entries (`ibv_create_cq(3)`): `cqe` must be in
+    /// `1..=max_cqe`. uroce gives exactly `cqe` entries. `notify` is told when an armed
+    /// CQ fires.
+    pub fn create(
+        device: &Arc<Device>,
+        cqe: u32,
+        notify: Option<Arc<dyn CqNotify>>,
+    ) -> Result<Arc<CompletionQueue>> {
+        if cqe == 0 {
+            return Err(Error::Zero {
+                what: Resource::Cqe,
+            });
+        }
+        let max = device.limits().max_cqe;
+        if cqe > max {
+            return Err(Error::AboveLimit {
+                what: Resource::Cqe,
+                requested: cqe.into(),
+                max: max.into(),
+            });
+        }
+        device.reserve(Resource::Cq)?;
+        Ok(Arc::new(CompletionQueue {
+            id: NEXT_CQ.fetch_add(1, Ordering::Relaxed),
+            depth: cqe,
+            device: device.clone(),
+            state: Mutex::new(CqState {
+                entries: VecDeque::new(),
+                arm: Arm::Off,
+                overflowed: false,
+            }),
+            notify,
+            users: AtomicUsize::new(0),
+        }))
+    }
+
+    /// A process-unique identity (used in [`AsyncEvent::CqErr`]).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Number of entries (`ibv_cq::cqe`).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Adds a completion. `solicited` says the completed receive carried the Solicited
+    /// Event bit. On overflow (IBTA §11.4.2: the CQ is in error) the entry is
+    /// lost, the CQ stays in error and `CqErr` is raised once; returns `false` then.
+    pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+        let mut st = self.state.lock();
+        if st.overflowed || st.entries.len() >= self.depth as usize {
+            let first = !st.overflowed;
+            st.overflowed = true;
+            drop(st);
+            if first {
+                self.device.events().push(AsyncEvent::CqErr { cq: self.id });
+            }
+            return false;
+        }
+        st.entries.push_back(wc);
+        let fire = match st.arm {
+            Arm::Off => false,
+            Arm::Next => true,
+            Arm::Solicited => solicited || wc.status != WcStatus::Success,
+        };
+        if fire {
+            st.arm = Arm::Off;
+        }
+        drop(st);
+        if fire {
+            if let Some(n) = &self.notify {
+                n.fire();
+            }
+        }
+        true
+    }
+
+    /// Moves up to `out.len()` completions, oldest first, into `out`; returns how many
+    /// (`ibv_poll_cq(3)`).
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
+        let mut st = self.state.lock();
+        let n = out.len().min(st.entries.len());
+        for (slot, wc) in out.iter_mut().zip(st.entries.drain(..n)) {
+            *slot = wc;
+        }
+        n
+    }
+
+    /// Takes the oldest completion.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.state.lock().entries.pop_front()
+    }
+
+    /// Completions waiting to be polled.
+    pub fn len(&self) -> usize {
+        self.state.lock().entries.len()
+    }
+
+    /// True when nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True once the CQ overflowed (it then takes no more completions).
+    pub fn is_in_error(&self) -> bool {
+        self.state.lock().overflowed
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq(3)`): the next completion (or the next solicited
+    /// or unsuccessful one, with `solicited_only`) added after this call fires it once.
+    pub fn req_notify(&self, solicited_only: bool) {
+        let mut st = self.state.lock();
+        // Arming for "next" wins over a pending "solicited" request (IBTA §11.4.2.2).
+        st.arm = match (st.arm, solicited_only) {
+            (Arm::Next, _) | (_, false) => Arm::Next,
+            _ => Arm::Solicited,
+        };
+    }
+
+    /// Current arming.
+    pub fn arm(&self) -> Arm {
+        self.state.lock().arm
+    }
+
+    /// Counts one more QP that completes into this CQ.
+    pub fn add_user(&self) {
+        self.users.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts one QP fewer.
+    pub fn remove_user(&self) {
+        self.users.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// `Ok` when no QP uses the CQ, as `ibv_destroy_cq(3)` requires; `Busy` otherwise.
+    pub fn check_unused(&self) -> Result<()> {
+        match self.users.load(Ordering::Acquire) {
+            0 => Ok(()),
+            users => Err(Error::Busy {
+                what: Resource::Cq,
+                users,
+            }),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        self.device.release(Resource::Cq);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceConfig;
+
+    #[test]
+    fn zero_and_oversized_depths_are_refused() {
+        let d = Device::new(DeviceConfig::new("t", "127.0.0.1".parse().unwrap()));
+        assert!(matches!(
+            CompletionQueue::create(&d, 0, None),
+            Err(Error::Zero {
+                what: Resource::Cqe
+            })
+        ));
+        assert!(matches!(
+            CompletionQueue::create(&d, (1 << 20) + 1, None),
+            Err(Error::AboveLimit { .. })
+        ));
+    }
+
+    #[test]
+    fn overflow_raises_cq_err_once() {
+        let d = Device::new(DeviceConfig::new("t", "127.0.0.1".parse().unwrap()));
+        assert_eq!(d.events().pop(), Some(AsyncEvent::PortActive { port: 1 }));
+        let cq = CompletionQueue::create(&d, 1, None).unwrap();
+        assert!(cq.push(WorkCompletion::default(), false));
+        assert!(!cq.push(WorkCompletion::default(), false));
+        assert!(!cq.push(WorkCompletion::default(), false));
+        assert_eq!(d.events().pop(), Some(AsyncEvent::CqErr { cq: cq.id() }));
+        assert_eq!(d.events().pop(), None);
+    }
+}

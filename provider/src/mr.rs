@@ -1,0 +1,699 @@
+//! Memory regions, their keys, and the bounds and access checks of the transport
+//! (IBTA vol. 1 §10.6, `ibv_reg_mr(3)`).
+//!
+//! # Memory and soundness
+//!
+//! A remote peer writes into a region while the program runs, from the progress
+//! thread. So the program never holds a `&mut [u8]` into region memory: every access,
+//! local or remote, is a relaxed atomic load or store (8-byte words where aligned,
+//! single bytes at the edges), and 8-byte atomic operations (IBTA §9.4.5) are real
+//! `AtomicU64` operations on aligned words. Owned regions keep their bytes in a
+//! `Box<[AtomicU64]>`, so they are 8-byte aligned.
+//!
+//! Byte-sized and word-sized atomic accesses may touch the same word when copies are
+//! not 8-byte aligned. Every access is atomic and every CPU uroce targets makes such
+//! mixed-size accesses coherent; no access is ever a plain (non-atomic) one.
+//!
+//! # Addresses
+//!
+//! A region has a virtual address range `[addr, addr + len)`, like `ibv_mr::addr`.
+//! For regions whose memory uroce owns, `addr` is a random 4 KiB-aligned number in
+//! `2^32..2^47` (it reveals nothing about the process's memory layout); for regions
+//! registered with the raw (C ABI) path it is the pointer value itself. Work requests
+//! and RETHs name memory by these addresses.
+//!
+//! # Keys
+//!
+//! L_Key and R_Key are 32 bits drawn from the device's seeded generator: never 0, never
+//! equal to another live key of the device. A peer that can reach UDP 4791 has a 2^-32
+//! chance per guess, not 2^-8 as with an index plus an 8-bit key.
+
+use crate::device::Device;
+use crate::error::{Error, Resource, Result};
+use crate::pd::{PdId, ProtectionDomain};
+use bitflags::bitflags;
+use rand::Rng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+bitflags! {
+    /// Memory access rights (`enum ibv_access_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct AccessFlags: u32 {
+        /// The local HCA may write (`IBV_ACCESS_LOCAL_WRITE` = 1): receives, READ
+        /// responses and atomic results land here.
+        const LOCAL_WRITE = 1;
+        /// Peers may RDMA WRITE (`IBV_ACCESS_REMOTE_WRITE` = 2).
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ (`IBV_ACCESS_REMOTE_READ` = 4).
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomic operations (`IBV_ACCESS_REMOTE_ATOMIC` = 8).
+        const REMOTE_ATOMIC = 1 << 3;
+    }
+}
+
+impl AccessFlags {
+    /// Checks flags as `ibv_reg_mr(3)` does: REMOTE_WRITE and REMOTE_ATOMIC require
+    /// LOCAL_WRITE (IBTA §10.6.3.1; the man page: "If REMOTE_WRITE or
+    /// REMOTE_ATOMIC is set, then LOCAL_WRITE must be set too"); unknown bits are refused.
+    pub fn validate(raw: u32) -> Result<AccessFlags> {
+        let flags = AccessFlags::from_bits(raw).ok_or(Error::InvalidAccess {
+            flags: raw,
+            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC",
+        })?;
+        if flags.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !flags.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::InvalidAccess {
+                flags: raw,
+                reason: "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE (ibv_reg_mr(3)); add LOCAL_WRITE",
+            });
+        }
+        Ok(flags)
+    }
+}
+
+/// Why a key, address range or access was refused; the transport maps each to a NAK
+/// (remote) or a completion status (local).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessFault {
+    /// No live region has this key.
+    #[error("no memory region has key {key:#010x}")]
+    InvalidKey {
+        /// The key.
+        key: u32,
+    },
+    /// The region belongs to another protection domain than the QP.
+    #[error("memory region {key:#010x} belongs to another protection domain")]
+    PdMismatch {
+        /// The key.
+        key: u32,
+    },
+    /// The region does not grant the access asked for.
+    #[error("memory region grants {granted:?}, {needed:?} needed")]
+    AccessDenied {
+        /// Rights needed.
+        needed: AccessFlags,
+        /// Rights the region has.
+        granted: AccessFlags,
+    },
+    /// The range is not inside the region.
+    #[error("range {va:#x}+{len} is outside the region {base:#x}+{mr_len}")]
+    OutOfBounds {
+        /// Start of the range.
+        va: u64,
+        /// Bytes.
+        len: u64,
+        /// Region start.
+        base: u64,
+        /// Region bytes.
+        mr_len: u64,
+    },
+    /// An atomic operation's address is not 8-byte aligned (IBTA §9.4.5).
+    #[error("atomic address {va:#x} is not 8-byte aligned")]
+    Misaligned {
+        /// The address.
+        va: u64,
+    },
+}
+
+/// Where a region's bytes live.
+enum Storage {
+    /// Owned, 8-byte aligned words.
+    Owned(#[allow(dead_code)] Box<[AtomicU64]>),
+    /// Memory the caller of [`MemoryRegion::register_raw`] vouched for.
+    Raw,
+}
+
+/// A registered memory region.
+pub struct MemoryRegion {
+    pd: Arc<ProtectionDomain>,
+    lkey: u32,
+    rkey: u32,
+    access: AccessFlags,
+    addr: u64,
+    len: u64,
+    ptr: *const u8,
+    storage: Storage,
+}
+
+// SAFETY: the region's bytes are only ever accessed through atomic operations (see the
+// module docs), so sharing the pointer between threads cannot race; `Storage::Raw`
+// memory is valid for the region's life by the contract of `register_raw`.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above: `&MemoryRegion` only gives atomic access to the bytes.
+unsafe impl Sync for MemoryRegion {}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("pd", &self.pd.id())
+            .field("lkey", &format_args!("{:#010x}", self.lkey))
+            .field("rkey", &format_args!("{:#010x}", self.rkey))
+            .field("access", &self.access)
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("owned", &matches!(self.storage, Storage::Owned(_)))
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Registers `len` zeroed bytes of memory owned by the region (`ibv_reg_mr(3)` on
+    /// fresh memory). `access` is checked with [`AccessFlags::validate`].
+    pub fn alloc(pd: &Arc<ProtectionDomain>, len: usize, access: u32) -> Result<Arc<MemoryRegion>> {
+        let access = AccessFlags::validate(access)?;
+        let dev = pd.device().clone();
+        if len as u64 > dev.limits().max_mr_size {
+            return Err(Error::AboveLimit {
+                what: Resource::MrSize,
+                requested: len as u64,
+                max: dev.limits().max_mr_size,
+            });
+        }
+        let words = len.div_ceil(8);
+        let mut v: Vec<AtomicU64> = Vec::new();
+        v.try_reserve_exact(words)
+            .map_err(|_| Error::NoMemory { bytes: len as u64 })?;
+        v.resize_with(words, || AtomicU64::new(0));
+        let boxed = v.into_boxed_slice();
+        let ptr = boxed.as_ptr() as *const u8;
+        dev.reserve(Resource::Mr)?;
+        let mut guard = dev.res.lock();
+        let r = &mut *guard;
+        let base = r.rng.gen_range((1u64 << 20)..(1u64 << 35)) << 12;
+        let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
+        let mr = Arc::new(MemoryRegion {
+            pd: pd.clone(),
+            lkey,
+            rkey,
+            access,
+            addr: base,
+            len: len as u64,
+            ptr,
+            storage: Storage::Owned(boxed),
+        });
+        r.mrs.insert(&mr);
+        drop(guard);
+        pd.add_user();
+        Ok(mr)
+    }
+
+    /// Registers `bytes`, copying them into the region's aligned storage; deregistration
+    /// ([`MemoryRegion::contents`]) gives them back.
+    pub fn from_bytes(
+        pd: &Arc<ProtectionDomain>,
+        bytes: &[u8],
+        access: u32,
+    ) -> Result<Arc<MemoryRegion>> {
+        let mr = Self::alloc(pd, bytes.len(), access)?;
+        mr.write(0, bytes)
+            .expect("fresh region has the length of the bytes");
+        Ok(mr)
+    }
+
+    /// Registers `len` bytes at `ptr` (the C ABI's `ibv_reg_mr`). The region's address is
+    /// `ptr as u64`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` must be valid for reads and writes until the last `Arc` of the
+    /// region is dropped, and for that whole time every other access to it (by any
+    /// thread) must be atomic or otherwise not race with the region's relaxed atomic
+    /// byte and word accesses; no Rust reference to it may exist.
+    pub unsafe fn register_raw(
+        pd: &Arc<ProtectionDomain>,
+        ptr: *mut u8,
+        len: usize,
+        access: u32,
+    ) -> Result<Arc<MemoryRegion>> {
+        let access = AccessFlags::validate(access)?;
+        let dev = pd.device().clone();
+        if ptr.is_null() && len > 0 {
+            return Err(Error::NullAddress);
+        }
+        dev.reserve(Resource::Mr)?;
+        let mut guard = dev.res.lock();
+        let r = &mut *guard;
+        let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
+        let mr = Arc::new(MemoryRegion {
+            pd: pd.clone(),
+            lkey,
+            rkey,
+            access,
+            addr: ptr as u64,
+            len: len as u64,
+            ptr,
+            storage: Storage::Raw,
+        });
+        r.mrs.insert(&mr);
+        drop(guard);
+        pd.add_user();
+        Ok(mr)
+    }
+
+    /// Removes the region from its device's key table: its keys are refused from now on
+    /// (`ibv_dereg_mr(3)`). Memory stays readable through this `Arc` until dropped.
+    pub fn deregister(&self) {
+        let dev = self.pd.device();
+        if dev.res.lock().mrs.remove(self.lkey, self.rkey) {
+            dev.release(Resource::Mr);
+            self.pd.remove_user();
+        }
+    }
+
+    /// The local key (L_Key): names the region in local scatter/gather entries.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The remote key (R_Key): names the region in a peer's RETH or AtomicETH.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The region's first virtual address (see the module docs).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// Checks that `va..va+len` lies inside the region and `needed` is granted.
+    pub fn check_range(&self, va: u64, len: u64, needed: AccessFlags) -> Result<(), AccessFault> {
+        if !self.access.contains(needed) {
+            return Err(AccessFault::AccessDenied {
+                needed,
+                granted: self.access,
+            });
+        }
+        let end = va.checked_add(len);
+        if va < self.addr || end.map_or(true, |e| e > self.addr + self.len) {
+            return Err(AccessFault::OutOfBounds {
+                va,
+                len,
+                base: self.addr,
+                mr_len: self.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_offset(&self, offset: u64, len: usize) -> Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                offset,
+                len: len as u64,
+                mr_len: self.len,
+            }),
+        }
+    }
+
+    /// Copies bytes at `offset` (from the region start) into `out`.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check_offset(offset, out.len())?;
+        let mut i = 0;
+        while i < out.len() {
+            // SAFETY: offset + i + 8 <= len was checked (or 1 byte for the byte path), so
+            // the pointer is inside the region's live memory; the word path is only taken
+            // at 8-aligned addresses; all accesses to region memory are atomic.
+            let p = unsafe { self.ptr.add((offset as usize) + i) };
+            if (p as usize) % 8 == 0 && out.len() - i >= 8 {
+                // SAFETY: aligned, in bounds, only accessed atomically (see above).
+                let w = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Ordering::Relaxed);
+                out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+                i += 8;
+            } else {
+                // SAFETY: in bounds, only accessed atomically.
+                out[i] = unsafe { AtomicU8::from_ptr(p as *mut u8) }.load(Ordering::Relaxed);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset` (from the region start).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_offset(offset, data.len())?;
+        let mut i = 0;
+        while i < data.len() {
+            // SAFETY: as in `read`: in bounds of live region memory, accessed atomically.
+            let p = unsafe { self.ptr.add((offset as usize) + i) };
+            if (p as usize) % 8 == 0 && data.len() - i >= 8 {
+                let w = u64::from_ne_bytes(data[i..i + 8].try_into().expect("8 bytes"));
+                // SAFETY: aligned, in bounds, only accessed atomically.
+                unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(w, Ordering::Relaxed);
+                i += 8;
+            } else {
+                // SAFETY: in bounds, only accessed atomically.
+                unsafe { AtomicU8::from_ptr(p as *mut u8) }.store(data[i], Ordering::Relaxed);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: u64, len: usize, byte: u8) -> Result<()> {
+        self.check_offset(offset, len)?;
+        let chunk = [byte; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.write(offset + done as u64, &chunk[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// The whole contents, copied out.
+    pub fn contents(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len as usize];
+        self.read(0, &mut v).expect("whole region is in bounds");
+        v
+    }
+
+    fn atomic_word(&self, va: u64) -> Result<&AtomicU64, AccessFault> {
+        if va % 8 != 0 {
+            return Err(AccessFault::Misaligned { va });
+        }
+        self.check_range(va, 8, AccessFlags::empty())?;
+        let p = (self.ptr as usize + (va - self.addr) as usize) as *mut u64;
+        if (p as usize) % 8 != 0 {
+            return Err(AccessFault::Misaligned { va });
+        }
+        // SAFETY: `p` is 8-aligned (checked), inside the region (checked), and region
+        // memory is only ever accessed atomically; the reference lives no longer than
+        // `&self`, during which the memory stays valid.
+        Ok(unsafe { AtomicU64::from_ptr(p) })
+    }
+
+    /// IBTA §9.4.5 CmpSwap on the 8-byte word at virtual address `va`: if it equals
+    /// `compare`, writes `swap`. Returns the original value. Host byte order.
+    pub fn compare_and_swap(&self, va: u64, compare: u64, swap: u64) -> Result<u64, AccessFault> {
+        let w = self.atomic_word(va)?;
+        Ok(
+            match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    /// IBTA §9.4.5 FetchAdd on the 8-byte word at `va`, wrapping. Returns the original value.
+    pub fn fetch_add(&self, va: u64, add: u64) -> Result<u64, AccessFault> {
+        Ok(self.atomic_word(va)?.fetch_add(add, Ordering::AcqRel))
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.deregister();
+    }
+}
+
+/// The live memory regions of a device, by key.
+#[derive(Default)]
+pub struct MrTable {
+    by_lkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
+    by_rkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
+}
+
+impl std::fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MrTable")
+            .field("regions", &self.by_lkey.len())
+            .finish()
+    }
+}
+
+impl MrTable {
+    fn key_free(&self, k: u32) -> bool {
+        k != 0 && !self.by_lkey.contains_key(&k) && !self.by_rkey.contains_key(&k)
+    }
+
+    fn fresh_keys(&self, rng: &mut impl Rng) -> (u32, u32) {
+        let mut draw = |other: u32| loop {
+            let k: u32 = rng.gen();
+            if self.key_free(k) && k != other {
+                return k;
+            }
+        };
+        let l = draw(0);
+        let r = draw(l);
+        (l, r)
+    }
+
+    fn insert(&mut self, mr: &Arc<MemoryRegion>) {
+        self.by_lkey.insert(mr.lkey, Arc::downgrade(mr));
+        self.by_rkey.insert(mr.rkey, Arc::downgrade(mr));
+    }
+
+    fn remove(&mut self, lkey: u32, rkey: u32) -> bool {
+        let had = self.by_lkey.remove(&lkey).is_some();
+        self.by_rkey.remove(&rkey);
+        had
+    }
+
+    fn lookup(
+        map: &HashMap<u32, std::sync::Weak<MemoryRegion>>,
+        key: u32,
+    ) -> Result<Arc<MemoryRegion>, AccessFault> {
+        map.get(&key)
+            .and_then(|w| w.upgrade())
+            .ok_or(AccessFault::InvalidKey { key })
+    }
+
+    /// The responder's check of a RETH or AtomicETH (IBTA §9.7.4.1.4 and §10.6.3):
+    /// `rkey` names a live region of protection domain `pd` that grants `needed` and
+    /// contains `va..va+len`. A zero-length access checks nothing and returns `None`
+    /// (IBTA §9.7.4.1.4: the R_Key of a zero-length RDMA operation is not validated).
+    pub fn check_remote(
+        &self,
+        pd: PdId,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<Option<Arc<MemoryRegion>>, AccessFault> {
+        if len == 0 {
+            return Ok(None);
+        }
+        let mr = Self::lookup(&self.by_rkey, rkey)?;
+        if mr.pd.id() != pd {
+            return Err(AccessFault::PdMismatch { key: rkey });
+        }
+        mr.check_range(va, len, needed)?;
+        Ok(Some(mr))
+    }
+
+    /// The local check of a scatter/gather entry (IBTA §10.6.3): `lkey` names a
+    /// live region of `pd` granting `needed` that contains `addr..addr+len`.
+    pub fn check_lkey(
+        &self,
+        pd: PdId,
+        lkey: u32,
+        addr: u64,
+        len: u64,
+        needed: AccessFlags,
+    ) -> Result<Arc<MemoryRegion>, AccessFault> {
+        let mr = Self::lookup(&self.by_lkey, lkey)?;
+        if mr.pd.id() != pd {
+            return Err(AccessFault::PdMismatch { key: lkey });
+        }
+        mr.check_range(addr, len, needed)?;
+        Ok(mr)
+    }
+}
+
+impl Device {
+    /// Runs `f` with the device's MR table locked (the transport's entry point for
+    /// [`MrTable::check_remote`] and [`MrTable::check_lkey`]).
+    pub fn with_mrs<T>(&self, f: impl FnOnce(&MrTable) -> T) -> T {
+        f(&self.res.lock().mrs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceConfig;
+
+    fn pd() -> Arc<ProtectionDomain> {
+        let d = Device::new(DeviceConfig::new("t", "127.0.0.1".parse().unwrap()));
+        ProtectionDomain::alloc(&d).unwrap()
+    }
+
+    #[test]
+    fn remote_write_needs_local_write() {
+        let pd = pd();
+        for bad in [2, 8, 2 | 4, 1 << 5] {
+            assert!(
+                matches!(
+                    MemoryRegion::alloc(&pd, 64, bad),
+                    Err(Error::InvalidAccess { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(pd.check_unused().is_ok(), "nothing half-created");
+        MemoryRegion::alloc(&pd, 64, 1 | 2 | 8).unwrap();
+    }
+
+    #[test]
+    fn copies_and_atomics() {
+        let pd = pd();
+        let mr = MemoryRegion::from_bytes(&pd, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 0xf).unwrap();
+        let mut out = [0; 5];
+        mr.read(3, &mut out).unwrap();
+        assert_eq!(out, [4, 5, 6, 7, 8]);
+        mr.write(1, &[0xaa; 9]).unwrap();
+        assert_eq!(
+            mr.contents(),
+            [1, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 11]
+        );
+        assert!(matches!(
+            mr.read(8, &mut out),
+            Err(Error::OutOfBounds { .. })
+        ));
+        mr.fill(0, 11, 0).unwrap();
+        assert_eq!(mr.fetch_add(mr.addr(), 5).unwrap(), 0);
+        assert_eq!(mr.compare_and_swap(mr.addr(), 5, 9).unwrap(), 5);
+        assert_eq!(mr.compare_and_swap(mr.addr(), 5, 1).unwrap(), 9);
+        assert_eq!(
+            mr.fetch_add(mr.addr() + 4, 1),
+            Err(AccessFault::Misaligned { va: mr.addr() + 4 })
+        );
+        assert!(matches!(
+            mr.fetch_add(mr.addr() + 8, 1),
+            Err(AccessFault::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn concurrent_atomics_and_copies_from_two_threads() {
+        let pd = pd();
+        let mr = MemoryRegion::alloc(&pd, 64, 0xf).unwrap();
+        let peer = {
+            let mr = mr.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10_000 {
+                    mr.fetch_add(mr.addr(), 1).unwrap();
+                    mr.write(8, &[7; 56]).unwrap();
+                }
+            })
+        };
+        let mut buf = [0u8; 56];
+        for _ in 0..10_000 {
+            mr.fetch_add(mr.addr(), 1).unwrap();
+            mr.read(8, &mut buf).unwrap();
+            assert!(buf.iter().all(|&b| b == 0 || b == 7));
+        }
+        peer.join().unwrap();
+        assert_eq!(mr.compare_and_swap(mr.addr(), 0, 0).unwrap(), 20_000);
+    }
+
+    #[test]
+    fn remote_and_local_checks() {
+        let pd = pd();
+        let other = ProtectionDomain::alloc(pd.device()).unwrap();
+        let mr = MemoryRegion::alloc(&pd, 4096, 1 | 4).unwrap();
+        let dev = pd.device().clone();
+        dev.with_mrs(|t| {
+            assert!(t
+                .check_remote(
+                    pd.id(),
+                    mr.rkey(),
+                    mr.addr(),
+                    4096,
+                    AccessFlags::REMOTE_READ
+                )
+                .unwrap()
+                .is_some());
+            assert_eq!(
+                t.check_remote(pd.id(), 0xdead, 0, 0, AccessFlags::REMOTE_WRITE)
+                    .unwrap()
+                    .map(|m| m.lkey()),
+                None
+            );
+            assert_eq!(
+                t.check_remote(
+                    pd.id(),
+                    mr.lkey() ^ mr.rkey() ^ mr.lkey() ^ 1,
+                    mr.addr(),
+                    1,
+                    AccessFlags::REMOTE_READ
+                )
+                .err()
+                .map(|e| matches!(e, AccessFault::InvalidKey { .. })),
+                Some(true)
+            );
+            assert!(matches!(
+                t.check_remote(pd.id(), mr.rkey(), mr.addr(), 1, AccessFlags::REMOTE_WRITE),
+                Err(AccessFault::AccessDenied { .. })
+            ));
+            assert!(matches!(
+                t.check_remote(
+                    pd.id(),
+                    mr.rkey(),
+                    mr.addr() + 4000,
+                    97,
+                    AccessFlags::REMOTE_READ
+                ),
+                Err(AccessFault::OutOfBounds { .. })
+            ));
+            assert!(matches!(
+                t.check_remote(
+                    other.id(),
+                    mr.rkey(),
+                    mr.addr(),
+                    1,
+                    AccessFlags::REMOTE_READ
+                ),
+                Err(AccessFault::PdMismatch { .. })
+            ));
+            assert!(t
+                .check_lkey(
+                    pd.id(),
+                    mr.lkey(),
+                    mr.addr() + 1,
+                    10,
+                    AccessFlags::LOCAL_WRITE
+                )
+                .is_ok());
+            assert!(matches!(
+                t.check_lkey(other.id(), mr.lkey(), mr.addr(), 1, AccessFlags::empty()),
+                Err(AccessFault::PdMismatch { .. })
+            ));
+        });
+        let (l, r) = (mr.lkey(), mr.rkey());
+        assert!(l != 0 && r != 0 && l != r);
+        mr.deregister();
+        dev.with_mrs(|t| {
+            assert!(matches!(
+                t.check_lkey(pd.id(), l, mr.addr(), 1, AccessFlags::empty()),
+                Err(AccessFault::InvalidKey { .. })
+            ))
+        });
+        assert!(pd.check_unused().is_ok());
+    }
+}

@@ -1,0 +1,619 @@
+//! Queue pairs: creation, `modify_qp` with its checks, posting, and flushing
+//! (IBTA vol. 1 §10.2.4, §10.3, §11.2.5, §11.4.1).
+
+pub mod attr;
+pub mod state;
+
+use crate::cq::CompletionQueue;
+use crate::device::{Device, MAX_MSG_SIZE};
+use crate::error::{Error, Resource, Result};
+use crate::event::AsyncEvent;
+use crate::mr::AccessFlags;
+use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{BadWr, RecvWqe, RecvWr, SendFlags, SendOp, SendWqe, SendWr, Sge, WrError};
+use attr::{ModifyQpError, QpAttr, QpCap};
+use parking_lot::Mutex;
+use state::{check_mask, QpAttrMask, QpState, QpType};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Creation attributes of a QP (`struct ibv_qp_init_attr`).
+#[derive(Clone, Debug)]
+pub struct QpInitAttr {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// Completion queue of send WRs.
+    pub send_cq: Arc<CompletionQueue>,
+    /// Completion queue of receive WRs.
+    pub recv_cq: Arc<CompletionQueue>,
+    /// Shared receive queue; the QP then has no receive queue of its own.
+    pub srq: Option<Arc<SharedReceiveQueue>>,
+    /// Queue sizes; checked against the device limits.
+    pub cap: QpCap,
+    /// Every send WR is signaled (`sq_sig_all`).
+    pub sq_sig_all: bool,
+}
+
+#[derive(Debug)]
+struct QpInner {
+    attr: QpAttr,
+    sq: VecDeque<SendWqe>,
+    rq: VecDeque<RecvWqe>,
+    next_ssn: u32,
+    next_rq_index: u64,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub struct QueuePair {
+    qpn: u32,
+    qp_type: QpType,
+    pd: Arc<ProtectionDomain>,
+    send_cq: Arc<CompletionQueue>,
+    recv_cq: Arc<CompletionQueue>,
+    srq: Option<Arc<SharedReceiveQueue>>,
+    sq_sig_all: bool,
+    cap: QpCap,
+    inner: Mutex<QpInner>,
+}
+
+fn check_cap(what: Resource, requested: u32, max: u32) -> Result<()> {
+    if requested > max {
+        return Err(Error::AboveLimit {
+            what,
+            requested: requested.into(),
+            max: max.into(),
+        });
+    }
+    Ok(())
+}
+
+impl QueuePair {
+    /// Creates a QP in RESET (`ibv_create_qp(3)`). Caps above the device's are refused;
+    /// with an SRQ the receive caps are ignored and reported as 0. The QPN is random in
+    /// `2..2^24` and unique on the device.
+    pub fn create(pd: &Arc<ProtectionDomain>, init: QpInitAttr) -> Result<Arc<QueuePair>> {
+        let dev = pd.device().clone();
+        let l = dev.limits();
+        let mut cap = init.cap;
+        check_cap(Resource::QpWr, cap.max_send_wr, l.max_qp_wr)?;
+        check_cap(Resource::Sge, cap.max_send_sge, l.max_sge)?;
+        check_cap(Resource::InlineData, cap.max_inline_data, l.max_inline_data)?;
+        if init.srq.is_some() {
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+        } else {
+            check_cap(Resource::QpWr, cap.max_recv_wr, l.max_qp_wr)?;
+            check_cap(Resource::Sge, cap.max_recv_sge, l.max_sge)?;
+        }
+        let same_dev = |d: &Arc<Device>| Arc::ptr_eq(d, &dev);
+        if !same_dev(init.send_cq.device()) || !same_dev(init.recv_cq.device()) {
+            return Err(Error::Mismatch(
+                "the CQs belong to another device than the PD",
+            ));
+        }
+        if let Some(srq) = &init.srq {
+            if !same_dev(srq.pd().device()) {
+                return Err(Error::Mismatch(
+                    "the SRQ belongs to another device than the PD",
+                ));
+            }
+        }
+        let qpn = dev.alloc_qpn()?;
+        pd.add_user();
+        init.send_cq.add_user();
+        init.recv_cq.add_user();
+        if let Some(s) = &init.srq {
+            s.add_user();
+        }
+        let attr = QpAttr {
+            cap,
+            ..QpAttr::default()
+        };
+        Ok(Arc::new(QueuePair {
+            qpn,
+            qp_type: init.qp_type,
+            pd: pd.clone(),
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            sq_sig_all: init.sq_sig_all,
+            cap,
+            inner: Mutex::new(QpInner {
+                attr,
+                sq: VecDeque::new(),
+                rq: VecDeque::new(),
+                next_ssn: 0,
+                next_rq_index: 0,
+            }),
+        }))
+    }
+
+    /// The QP number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The queue sizes.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
+    /// The send CQ.
+    pub fn send_cq(&self) -> &Arc<CompletionQueue> {
+        &self.send_cq
+    }
+
+    /// The receive CQ.
+    pub fn recv_cq(&self) -> &Arc<CompletionQueue> {
+        &self.recv_cq
+    }
+
+    /// The SRQ, if any.
+    pub fn srq(&self) -> Option<&Arc<SharedReceiveQueue>> {
+        self.srq.as_ref()
+    }
+
+    /// Whether every send WR is signaled.
+    pub fn sq_sig_all(&self) -> bool {
+        self.sq_sig_all
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.inner.lock().attr.qp_state
+    }
+
+    /// All current attributes (`ibv_query_qp(3)`).
+    pub fn query(&self) -> QpAttr {
+        let a = self.inner.lock().attr;
+        QpAttr {
+            cur_qp_state: a.qp_state,
+            ..a
+        }
+    }
+
+    /// Outstanding send and receive WQEs (the SRQ's are not counted).
+    pub fn outstanding(&self) -> (usize, usize) {
+        let i = self.inner.lock();
+        (i.sq.len(), i.rq.len())
+    }
+
+    /// Checks `attr` under `mask` without changing anything: the mask against the
+    /// transition table, then every named value. Returns the next state.
+    pub fn check_modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<QpState, ModifyQpError> {
+        let cur = self.inner.lock().attr.qp_state;
+        self.check_modify_from(cur, attr, mask)
+    }
+
+    fn check_modify_from(
+        &self,
+        cur: QpState,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<QpState, ModifyQpError> {
+        type E = ModifyQpError;
+        let next = if mask.contains(QpAttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        check_mask(cur, next, self.qp_type, mask)
+            .map_err(|f| E::from_mask(f, cur, next, self.qp_type))?;
+        let dev = self.pd.device();
+        let has = |m| mask.contains(m);
+        let range = |attr: QpAttrMask, value: u64, max: u64| {
+            if value > max {
+                Err(E::OutOfRange { attr, value, max })
+            } else {
+                Ok(())
+            }
+        };
+        if has(QpAttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(E::CurStateMismatch {
+                given: attr.cur_qp_state,
+                actual: cur,
+            });
+        }
+        if has(QpAttrMask::ALT_PATH) {
+            return Err(E::AltPathUnsupported);
+        }
+        if has(QpAttrMask::PATH_MTU) {
+            let port_mtu = dev.config().port_mtu;
+            if attr.path_mtu > port_mtu {
+                return Err(E::PathMtuAbovePort {
+                    path_mtu: attr.path_mtu,
+                    port_mtu,
+                });
+            }
+        }
+        if has(QpAttrMask::PORT) && attr.port_num != 1 {
+            return Err(E::OutOfRange {
+                attr: QpAttrMask::PORT,
+                value: attr.port_num.into(),
+                max: 1,
+            });
+        }
+        if has(QpAttrMask::PKEY_INDEX) {
+            range(QpAttrMask::PKEY_INDEX, attr.pkey_index.into(), 0)?;
+        }
+        if has(QpAttrMask::ACCESS_FLAGS) && AccessFlags::from_bits(attr.qp_access_flags).is_none() {
+            return Err(E::InvalidAccessFlags {
+                flags: attr.qp_access_flags,
+            });
+        }
+        if has(QpAttrMask::AV) {
+            attr.ah_attr.validate(dev).map_err(E::InvalidAv)?;
+        }
+        // IBTA 11.2.5.2 / ibv_modify_qp(3): timeout and min_rnr_timer are 5-bit codes,
+        // retry counts 3 bits, PSNs and QPNs 24 bits (IBTA 9.2 / 9.7.1).
+        let checks = [
+            (QpAttrMask::TIMEOUT, u64::from(attr.timeout), 31),
+            (QpAttrMask::MIN_RNR_TIMER, attr.min_rnr_timer.into(), 31),
+            (QpAttrMask::RETRY_CNT, attr.retry_cnt.into(), 7),
+            (QpAttrMask::RNR_RETRY, attr.rnr_retry.into(), 7),
+            (QpAttrMask::SQ_PSN, attr.sq_psn.into(), 0xff_ffff),
+            (QpAttrMask::RQ_PSN, attr.rq_psn.into(), 0xff_ffff),
+            (QpAttrMask::DEST_QPN, attr.dest_qp_num.into(), 0xff_ffff),
+            (
+                QpAttrMask::MAX_QP_RD_ATOMIC,
+                attr.max_rd_atomic.into(),
+                dev.limits().max_qp_init_rd_atom.into(),
+            ),
+            (
+                QpAttrMask::MAX_DEST_RD_ATOMIC,
+                attr.max_dest_rd_atomic.into(),
+                dev.limits().max_qp_rd_atom.into(),
+            ),
+        ];
+        for (m, v, max) in checks {
+            if has(m) {
+                range(m, v, max)?;
+            }
+        }
+        Ok(next)
+    }
+
+    /// Modifies the QP (`ibv_modify_qp(3)`). Either everything in `mask` is applied and
+    /// the state changes, or nothing is and the error says why.
+    ///
+    /// Side effects: entering ERR completes every outstanding WR with `WR_FLUSH_ERR`, in
+    /// order, unsignaled sends included (IBTA §10.3.1, C10-42); entering RESET empties
+    /// both queues without completions and resets the attributes (IBTA §10.3.1.1);
+    /// entering SQD with `EN_SQD_ASYNC_NOTIFY` raises `SQ_DRAINED` once the send queue is
+    /// drained (immediately, as nothing is in flight before the transport runs).
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
+        let mut inner = self.inner.lock();
+        let cur = inner.attr.qp_state;
+        let next = self.check_modify_from(cur, attr, mask)?;
+        let a = &mut inner.attr;
+        macro_rules! apply {
+            ($($bit:ident => $($field:ident),+;)*) => {$(
+                if mask.contains(QpAttrMask::$bit) { $(a.$field = attr.$field;)+ }
+            )*};
+        }
+        apply! {
+            EN_SQD_ASYNC_NOTIFY => en_sqd_async_notify;
+            ACCESS_FLAGS => qp_access_flags;
+            PKEY_INDEX => pkey_index;
+            PORT => port_num;
+            QKEY => qkey;
+            AV => ah_attr;
+            PATH_MTU => path_mtu;
+            TIMEOUT => timeout;
+            RETRY_CNT => retry_cnt;
+            RNR_RETRY => rnr_retry;
+            RQ_PSN => rq_psn;
+            MAX_QP_RD_ATOMIC => max_rd_atomic;
+            MIN_RNR_TIMER => min_rnr_timer;
+            SQ_PSN => sq_psn;
+            MAX_DEST_RD_ATOMIC => max_dest_rd_atomic;
+            PATH_MIG_STATE => path_mig_state;
+            DEST_QPN => dest_qp_num;
+        }
+        a.qp_state = next;
+        match next {
+            QpState::Reset if cur != QpState::Reset => {
+                inner.attr = QpAttr {
+                    cap: self.cap,
+                    ..QpAttr::default()
+                };
+                inner.sq.clear();
+                inner.rq.clear();
+            }
+            QpState::Err => {
+                self.flush_locked(&mut inner);
+                if cur != QpState::Err && self.srq.is_some() {
+                    // IBTA 10.2.9.5: no more WQEs will be taken from the SRQ.
+                    self.pd
+                        .device()
+                        .events()
+                        .push(AsyncEvent::QpLastWqeReached { qpn: self.qpn });
+                }
+            }
+            QpState::Sqd if cur != QpState::Sqd && inner.attr.en_sqd_async_notify => {
+                self.pd
+                    .device()
+                    .events()
+                    .push(AsyncEvent::SqDrained { qpn: self.qpn });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check_sges(&self, sges: &[Sge], needed: AccessFlags) -> Result<(), WrError> {
+        let dev = self.pd.device();
+        dev.with_mrs(|t| {
+            for (i, s) in sges.iter().enumerate() {
+                if s.length == 0 {
+                    continue;
+                }
+                t.check_lkey(self.pd.id(), s.lkey, s.addr, s.length.into(), needed)
+                    .map_err(|fault| WrError::Sge { sge: i, fault })?;
+            }
+            Ok(())
+        })
+    }
+
+    fn read_inline(&self, sges: &[Sge]) -> Vec<u8> {
+        let mut data = Vec::new();
+        self.pd.device().with_mrs(|t| {
+            for s in sges.iter().filter(|s| s.length > 0) {
+                let mr = t
+                    .check_lkey(
+                        self.pd.id(),
+                        s.lkey,
+                        s.addr,
+                        s.length.into(),
+                        AccessFlags::empty(),
+                    )
+                    .expect("checked before");
+                let start = data.len();
+                data.resize(start + s.length as usize, 0);
+                mr.read(s.addr - mr.addr(), &mut data[start..])
+                    .expect("checked before");
+            }
+        });
+        data
+    }
+
+    fn validate_send(
+        &self,
+        state: QpState,
+        queued: usize,
+        wr: &SendWr,
+    ) -> Result<Option<Vec<u8>>, WrError> {
+        if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(WrError::QpState {
+                what: "send",
+                state,
+                hint: "move the QP to RTS first",
+            });
+        }
+        if wr.sg_list.len() > self.cap.max_send_sge as usize {
+            return Err(WrError::TooManySge {
+                num: wr.sg_list.len(),
+                max: self.cap.max_send_sge,
+            });
+        }
+        if queued >= self.cap.max_send_wr as usize {
+            return Err(WrError::QueueFull {
+                max: self.cap.max_send_wr,
+            });
+        }
+        if !wr.op.supported_by(self.qp_type) {
+            return Err(WrError::OpNotSupported {
+                opcode: wr.op.opcode(),
+                qp_type: self.qp_type,
+            });
+        }
+        let len = wr.total_len();
+        if self.qp_type == QpType::Ud {
+            let ud = wr.ud.as_ref().ok_or(WrError::MissingUdDest)?;
+            if ud.ah.pd().id() != self.pd.id() {
+                return Err(WrError::AhOtherPd);
+            }
+            if ud.remote_qpn > 0xff_ffff {
+                return Err(WrError::BadRemoteQpn { qpn: ud.remote_qpn });
+            }
+            let mtu = self.pd.device().config().port_mtu.bytes() as u64;
+            if len > mtu {
+                return Err(WrError::MessageTooLong { len, max: mtu });
+            }
+        } else if len > MAX_MSG_SIZE as u64 {
+            return Err(WrError::MessageTooLong {
+                len,
+                max: MAX_MSG_SIZE.into(),
+            });
+        }
+        if wr.op.is_atomic() && (wr.sg_list.len() != 1 || len != 8) {
+            return Err(WrError::AtomicLength {
+                len,
+                num: wr.sg_list.len(),
+            });
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline {
+            if wr.op.writes_locally() {
+                return Err(WrError::InlineNotAllowed);
+            }
+            if len > self.cap.max_inline_data.into() {
+                return Err(WrError::InlineTooLong {
+                    len,
+                    max: self.cap.max_inline_data,
+                });
+            }
+        }
+        let needed = if wr.op.writes_locally() {
+            AccessFlags::LOCAL_WRITE
+        } else {
+            AccessFlags::empty()
+        };
+        self.check_sges(&wr.sg_list, needed)?;
+        Ok(inline.then(|| self.read_inline(&wr.sg_list)))
+    }
+
+    /// Posts a chain of send WRs (`ibv_post_send(3)`). Each WR is checked; on the first
+    /// bad one, the WRs before it stay posted and its index and reason are returned.
+    /// In SQE and ERR, posted WRs complete at once with `WR_FLUSH_ERR` (IBTA §10.3.1,
+    /// C10-42: "WRs posted to a QP in the Error state are completed with flush error").
+    pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
+        let mut inner = self.inner.lock();
+        let state = inner.attr.qp_state;
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            match self.validate_send(state, inner.sq.len(), wr) {
+                Ok(inline_data) => {
+                    let ssn = inner.next_ssn;
+                    inner.next_ssn = ssn.wrapping_add(1);
+                    let signaled = self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+                    inner.sq.push_back(SendWqe {
+                        wr: wr.clone(),
+                        ssn,
+                        signaled,
+                        inline_data,
+                    });
+                }
+                Err(reason) => {
+                    result = Err(BadWr { index, reason });
+                    break;
+                }
+            }
+        }
+        if matches!(state, QpState::Err | QpState::Sqe) {
+            self.flush_sq(&mut inner);
+        }
+        result
+    }
+
+    /// Posts a chain of receive WRs (`ibv_post_recv(3)`), with the same partial-post
+    /// rule as [`QueuePair::post_send`]. Refused in RESET and on QPs with an SRQ; in ERR
+    /// the WRs complete at once with `WR_FLUSH_ERR`.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
+        let mut inner = self.inner.lock();
+        let state = inner.attr.qp_state;
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            let check = || {
+                if self.srq.is_some() {
+                    return Err(WrError::QpHasSrq);
+                }
+                if state == QpState::Reset {
+                    return Err(WrError::QpState {
+                        what: "receive",
+                        state,
+                        hint: "move the QP to INIT first",
+                    });
+                }
+                if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+                    return Err(WrError::TooManySge {
+                        num: wr.sg_list.len(),
+                        max: self.cap.max_recv_sge,
+                    });
+                }
+                if inner.rq.len() >= self.cap.max_recv_wr as usize {
+                    return Err(WrError::QueueFull {
+                        max: self.cap.max_recv_wr,
+                    });
+                }
+                self.check_sges(&wr.sg_list, AccessFlags::LOCAL_WRITE)
+            };
+            if let Err(reason) = check() {
+                result = Err(BadWr { index, reason });
+                break;
+            }
+            let idx = inner.next_rq_index;
+            inner.next_rq_index += 1;
+            inner.rq.push_back(RecvWqe {
+                wr: wr.clone(),
+                index: idx,
+            });
+        }
+        if state == QpState::Err {
+            self.flush_rq(&mut inner);
+        }
+        result
+    }
+
+    fn flush_sq(&self, inner: &mut QpInner) {
+        for wqe in inner.sq.drain(..) {
+            let opcode = match wqe.wr.op {
+                SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
+                    WcOpcode::Send
+                }
+                SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+                SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+                SendOp::AtomicCmpAndSwp { .. } => WcOpcode::CompSwap,
+                SendOp::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
+            };
+            let wc = WorkCompletion {
+                wr_id: wqe.wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode,
+                qp_num: self.qpn,
+                ..Default::default()
+            };
+            self.send_cq.push(wc, false);
+        }
+    }
+
+    fn flush_rq(&self, inner: &mut QpInner) {
+        for wqe in inner.rq.drain(..) {
+            let wc = WorkCompletion {
+                wr_id: wqe.wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                qp_num: self.qpn,
+                ..Default::default()
+            };
+            self.recv_cq.push(wc, false);
+        }
+    }
+
+    fn flush_locked(&self, inner: &mut QpInner) {
+        self.flush_sq(inner);
+        self.flush_rq(inner);
+    }
+
+    /// Completes every outstanding WR with `WR_FLUSH_ERR`, in posting order: the send
+    /// queue into the send CQ, then the receive queue into the receive CQ.
+    pub fn flush(&self) {
+        let mut inner = self.inner.lock();
+        self.flush_locked(&mut inner);
+    }
+
+    /// Runs `f` on the send queue (the requester's entry point).
+    pub fn with_send_queue<T>(&self, f: impl FnOnce(&mut VecDeque<SendWqe>) -> T) -> T {
+        f(&mut self.inner.lock().sq)
+    }
+
+    /// Runs `f` on the receive queue (the responder's entry point).
+    pub fn with_recv_queue<T>(&self, f: impl FnOnce(&mut VecDeque<RecvWqe>) -> T) -> T {
+        f(&mut self.inner.lock().rq)
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.send_cq.remove_user();
+        self.recv_cq.remove_user();
+        if let Some(s) = &self.srq {
+            s.remove_user();
+        }
+        self.pd.remove_user();
+        self.pd.device().free_qpn(self.qpn);
+    }
+}

@@ -1,0 +1,331 @@
+//! Work requests and their validation at post time (IBTA vol. 1 §11.4.1,
+//! `ibv_post_send(3)`, `ibv_post_recv(3)`).
+
+use crate::ah::AddressHandle;
+use crate::mr::AccessFault;
+use crate::qp::state::{QpState, QpType};
+use bitflags::bitflags;
+use std::sync::Arc;
+
+/// One scatter/gather entry (`struct ibv_sge`): `length` bytes at virtual address
+/// `addr` of the memory region whose L_Key is `lkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address (see [`crate::mr`] for what addresses mean).
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// L_Key of the region.
+    pub lkey: u32,
+}
+
+bitflags! {
+    /// Send flags (`enum ibv_send_flags`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier READs and atomics before starting (`IBV_SEND_FENCE` = 1).
+        const FENCE = 1;
+        /// Generate a completion (`IBV_SEND_SIGNALED` = 2); implied by `sq_sig_all`.
+        const SIGNALED = 1 << 1;
+        /// Set the Solicited Event bit (`IBV_SEND_SOLICITED` = 4).
+        const SOLICITED = 1 << 2;
+        /// Copy the data at post time (`IBV_SEND_INLINE` = 8); at most
+        /// `max_inline_data` bytes. uroce reads it through the SGEs' regions.
+        const INLINE = 1 << 3;
+    }
+}
+
+/// The operation of a send WR with its operands (`enum ibv_wr_opcode` and the `wr`
+/// union of `struct ibv_send_wr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// `IBV_WR_SEND` = 2.
+    Send,
+    /// `IBV_WR_SEND_WITH_IMM` = 3, with 32 bits of immediate data (host order).
+    SendWithImm {
+        /// Immediate data.
+        imm: u32,
+    },
+    /// `IBV_WR_SEND_WITH_INV` = 9 (RC only): the responder invalidates `rkey`.
+    SendWithInv {
+        /// R_Key to invalidate.
+        invalidate_rkey: u32,
+    },
+    /// `IBV_WR_RDMA_WRITE` = 0 (RC, UC).
+    RdmaWrite {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+    },
+    /// `IBV_WR_RDMA_WRITE_WITH_IMM` = 1 (RC, UC).
+    RdmaWriteWithImm {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+        /// Immediate data.
+        imm: u32,
+    },
+    /// `IBV_WR_RDMA_READ` = 4 (RC).
+    RdmaRead {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+    },
+    /// `IBV_WR_ATOMIC_CMP_AND_SWP` = 5 (RC): 8 bytes, 8-aligned remote address.
+    AtomicCmpAndSwp {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+        /// Value to compare with.
+        compare: u64,
+        /// Value written when equal.
+        swap: u64,
+    },
+    /// `IBV_WR_ATOMIC_FETCH_AND_ADD` = 6 (RC).
+    AtomicFetchAndAdd {
+        /// Remote virtual address.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+        /// Value added.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The `enum ibv_wr_opcode` number.
+    pub fn opcode(&self) -> u32 {
+        match self {
+            SendOp::RdmaWrite { .. } => 0,
+            SendOp::RdmaWriteWithImm { .. } => 1,
+            SendOp::Send => 2,
+            SendOp::SendWithImm { .. } => 3,
+            SendOp::RdmaRead { .. } => 4,
+            SendOp::AtomicCmpAndSwp { .. } => 5,
+            SendOp::AtomicFetchAndAdd { .. } => 6,
+            SendOp::SendWithInv { .. } => 9,
+        }
+    }
+
+    /// True for the operations that write local memory with the response.
+    pub fn writes_locally(&self) -> bool {
+        matches!(
+            self,
+            SendOp::RdmaRead { .. }
+                | SendOp::AtomicCmpAndSwp { .. }
+                | SendOp::AtomicFetchAndAdd { .. }
+        )
+    }
+
+    /// True for CmpSwap and FetchAdd.
+    pub fn is_atomic(&self) -> bool {
+        matches!(
+            self,
+            SendOp::AtomicCmpAndSwp { .. } | SendOp::AtomicFetchAndAdd { .. }
+        )
+    }
+
+    /// Whether QPs of type `ty` can carry the operation (IBTA §9.8.3, the operations of each service, and
+    /// `ibv_post_send(3)`): UD only SENDs; UC SENDs and WRITEs; RC everything.
+    pub fn supported_by(&self, ty: QpType) -> bool {
+        match ty {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                self,
+                SendOp::Send
+                    | SendOp::SendWithImm { .. }
+                    | SendOp::RdmaWrite { .. }
+                    | SendOp::RdmaWriteWithImm { .. }
+            ),
+            QpType::Ud => matches!(self, SendOp::Send | SendOp::SendWithImm { .. }),
+        }
+    }
+}
+
+/// The destination of a UD send (`wr.ud` of `struct ibv_send_wr`).
+#[derive(Clone, Debug)]
+pub struct UdDest {
+    /// Address handle of the peer.
+    pub ah: Arc<AddressHandle>,
+    /// Remote QP number (24 bits).
+    pub remote_qpn: u32,
+    /// Remote Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`struct ibv_send_wr`); chains are slices.
+#[derive(Clone, Debug)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Local data.
+    pub sg_list: Vec<Sge>,
+    /// Operation and operands.
+    pub op: SendOp,
+    /// Flags.
+    pub flags: SendFlags,
+    /// UD destination; required on UD QPs, ignored on others.
+    pub ud: Option<UdDest>,
+}
+
+impl SendWr {
+    /// A signaled WR of `op` over `sg_list`.
+    pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+        SendWr {
+            wr_id,
+            sg_list,
+            op,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }
+    }
+
+    /// Total bytes of the scatter/gather list.
+    pub fn total_len(&self) -> u64 {
+        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where received data goes.
+    pub sg_list: Vec<Sge>,
+}
+
+/// Why a work request was refused at post time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WrError {
+    /// Send WRs need a QP in RTS, SQD, SQE or ERR; receive WRs any state but RESET
+    /// (IBTA §10.3.1 and `ibv_post_send(3)`).
+    #[error("cannot post {what} WRs to a QP in {state}; {hint}")]
+    QpState {
+        /// "send" or "receive".
+        what: &'static str,
+        /// The QP's state.
+        state: QpState,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// Receives of a QP with an SRQ are posted to the SRQ (`ibv_post_recv(3)`).
+    #[error("this QP receives from a shared receive queue: post receive WRs to the SRQ")]
+    QpHasSrq,
+    /// More SGEs than the queue was created with.
+    #[error("{num} scatter/gather entries, the queue allows {max} (max_send_sge / max_recv_sge at creation)")]
+    TooManySge {
+        /// SGEs in the WR.
+        num: usize,
+        /// The queue's limit.
+        max: u32,
+    },
+    /// The queue already holds its maximum of outstanding WRs.
+    #[error("queue full: {max} WRs outstanding; poll the CQ or create a deeper queue")]
+    QueueFull {
+        /// Queue depth.
+        max: u32,
+    },
+    /// The operation is not supported by this QP type.
+    #[error("opcode {opcode} is not supported on {qp_type} QPs")]
+    OpNotSupported {
+        /// `ibv_wr_opcode` number.
+        opcode: u32,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// A UD send without a destination.
+    #[error("UD sends need a destination: set `ud` (address handle, remote QPN and Q_Key)")]
+    MissingUdDest,
+    /// The address handle is of another PD than the QP (IBTA §10.2.2).
+    #[error("the address handle belongs to another protection domain than the QP")]
+    AhOtherPd,
+    /// Remote QPN wider than 24 bits.
+    #[error("remote QPN {qpn:#x} is wider than 24 bits")]
+    BadRemoteQpn {
+        /// The QPN.
+        qpn: u32,
+    },
+    /// Inline data larger than the QP allows.
+    #[error("{len} bytes of inline data, the QP allows {max} (max_inline_data)")]
+    InlineTooLong {
+        /// Bytes.
+        len: u64,
+        /// Limit.
+        max: u32,
+    },
+    /// INLINE with an operation that receives data (READ, atomics).
+    #[error("INLINE is only valid for SEND and RDMA WRITE operations")]
+    InlineNotAllowed,
+    /// Atomics move exactly 8 bytes into one SGE (IBTA §9.4.5).
+    #[error("atomic operations need one scatter/gather entry of exactly 8 bytes, got {len} bytes in {num}")]
+    AtomicLength {
+        /// Total bytes.
+        len: u64,
+        /// SGEs.
+        num: usize,
+    },
+    /// Message longer than allowed: 2^31 bytes, or the path MTU for UD (IBTA §9.4).
+    #[error("message of {len} bytes is longer than {max} bytes allowed here")]
+    MessageTooLong {
+        /// Bytes.
+        len: u64,
+        /// Limit.
+        max: u64,
+    },
+    /// A scatter/gather entry failed its L_Key check (IBTA §10.6.3.1).
+    #[error("scatter/gather entry {sge}: {fault}")]
+    Sge {
+        /// Index of the SGE in the WR.
+        sge: usize,
+        /// The fault.
+        fault: AccessFault,
+    },
+}
+
+impl WrError {
+    /// The errno libibverbs returns: `ENOMEM` for a full queue, `EINVAL` otherwise.
+    pub fn errno(&self) -> i32 {
+        match self {
+            WrError::QueueFull { .. } => 12,
+            _ => 22,
+        }
+    }
+}
+
+/// The first refused WR of a chain (libibverbs' `bad_wr`): WRs before `index` were
+/// posted, this one and those after were not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} of the chain refused: {reason} (the {index} before it were posted)")]
+pub struct BadWr {
+    /// Index of the refused WR in the slice.
+    pub index: usize,
+    /// Why.
+    pub reason: WrError,
+}
+
+/// A posted send WR as the requester will consume it.
+#[derive(Clone, Debug)]
+pub struct SendWqe {
+    /// The request.
+    pub wr: SendWr,
+    /// Send sequence number: the WR's position in the send queue since creation.
+    pub ssn: u32,
+    /// Whether it produces a completion on success (`SIGNALED` or `sq_sig_all`).
+    pub signaled: bool,
+    /// The data of an `INLINE` WR, copied at post time.
+    pub inline_data: Option<Vec<u8>>,
+}
+
+/// A posted receive WR as the responder will consume it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWqe {
+    /// The request.
+    pub wr: RecvWr,
+    /// The WR's position in its queue since creation.
+    pub index: u64,
+}

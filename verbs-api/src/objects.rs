@@ -1,0 +1,692 @@
+//! The verbs object handles.
+
+use crate::eventfd::EventFd;
+use crate::{
+    AhAttr, AsyncEvent, DeviceConfig, DeviceLimits, Gid, PortAttr, QpAttr, QpAttrMask, QpCap,
+    QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
+};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use uroce_provider as p;
+use uroce_provider::wr::{BadWr, RecvWr, SendWr, UdDest};
+
+/// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES`,
+/// else the file named by `UROCE_CONFIG`, else `uroce0=127.0.0.1,uroce1=127.0.0.2`
+/// (see the crate docs).
+pub fn devices() -> Result<Vec<Device>> {
+    let text = if let Ok(v) = std::env::var("UROCE_DEVICES") {
+        v
+    } else if let Ok(path) = std::env::var("UROCE_CONFIG") {
+        std::fs::read_to_string(&path).map_err(|e| VerbsError::Config {
+            entry: 0,
+            reason: format!("cannot read UROCE_CONFIG file {path:?}: {e}"),
+        })?
+    } else {
+        return Ok(DeviceConfig::default_list()
+            .into_iter()
+            .map(|config| Device { config })
+            .collect());
+    };
+    devices_from(&text)
+}
+
+/// The devices of a configuration text (the format of `UROCE_DEVICES`).
+pub fn devices_from(text: &str) -> Result<Vec<Device>> {
+    Ok(DeviceConfig::parse_list(text)?
+        .into_iter()
+        .map(|config| Device { config })
+        .collect())
+}
+
+/// The device named `name` in [`devices`] (what `-d name` selects).
+pub fn device_by_name(name: &str) -> Result<Device> {
+    devices()?
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| VerbsError::NoSuchDevice(name.to_string()))
+}
+
+/// A configured device, not yet opened (`struct ibv_device`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    config: DeviceConfig,
+}
+
+impl Device {
+    /// A device from an explicit configuration.
+    pub fn from_config(config: DeviceConfig) -> Device {
+        Device { config }
+    }
+
+    /// The name (`ibv_get_device_name(3)`).
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The bound IP address.
+    pub fn addr(&self) -> IpAddr {
+        self.config.addr
+    }
+
+    /// Opens the device (`ibv_open_device(3)`), seeding key and QPN generation from the
+    /// operating system's random source.
+    pub fn open(&self) -> Result<Context> {
+        let mut seed = [0u8; 8];
+        getrandom::getrandom(&mut seed).map_err(|e| VerbsError::Os {
+            op: "getrandom",
+            errno: e.raw_os_error().unwrap_or(5),
+        })?;
+        self.open_with_seed(u64::from_ne_bytes(seed))
+    }
+
+    /// Opens the device with a fixed seed: same seed, same keys and QPNs (for tests).
+    pub fn open_with_seed(&self, seed: u64) -> Result<Context> {
+        self.open_with(seed, DeviceLimits::DEFAULT)
+    }
+
+    /// Opens the device with a fixed seed and given limits (for tests of limits).
+    pub fn open_with(&self, seed: u64, limits: DeviceLimits) -> Result<Context> {
+        let dev = p::device::Device::with_limits(
+            DeviceConfig {
+                seed,
+                ..self.config.clone()
+            },
+            limits,
+        );
+        let async_fd = Arc::new(EventFd::new()?);
+        dev.events().set_sink(Arc::new(FdSink(async_fd.clone())));
+        Ok(Context {
+            inner: Arc::new(ContextInner { dev, async_fd }),
+        })
+    }
+}
+
+struct FdSink(Arc<EventFd>);
+
+impl p::event::EventSink for FdSink {
+    fn notify(&self) {
+        self.0.signal();
+    }
+}
+
+#[derive(Debug)]
+struct ContextInner {
+    dev: Arc<p::device::Device>,
+    async_fd: Arc<EventFd>,
+}
+
+/// An open device (`struct ibv_context`).
+#[derive(Clone, Debug)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl Context {
+    /// The provider device (for the transport and tools).
+    pub fn provider(&self) -> &Arc<p::device::Device> {
+        &self.inner.dev
+    }
+
+    /// The device limits (`ibv_query_device(3)`).
+    pub fn query_device(&self) -> DeviceLimits {
+        *self.inner.dev.limits()
+    }
+
+    /// Port attributes (`ibv_query_port(3)`); only port 1 exists.
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        self.inner.dev.query_port(port)
+    }
+
+    /// A GID (`ibv_query_gid(3)`); only index 0 exists (see the crate docs).
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        self.inner.dev.query_gid(port, index)
+    }
+
+    /// Allocates a protection domain (`ibv_alloc_pd(3)`).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Ok(Pd {
+            inner: p::pd::ProtectionDomain::alloc(&self.inner.dev)?,
+        })
+    }
+
+    /// Creates a completion channel (`ibv_create_comp_channel(3)`).
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        Ok(CompChannel {
+            inner: Arc::new(ChannelInner {
+                fd: EventFd::new()?,
+                queue: Mutex::new(VecDeque::new()),
+                users: AtomicUsize::new(0),
+            }),
+        })
+    }
+
+    /// Creates a CQ of `cqe` entries, 1..=`max_cqe` (`ibv_create_cq(3)`); completion
+    /// events of an armed CQ go to `channel`.
+    pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        let hook = channel.map(|c| {
+            Arc::new(ChannelHook {
+                channel: c.inner.clone(),
+                cq: OnceLock::new(),
+            })
+        });
+        let notify = hook.clone().map(|h| h as Arc<dyn p::cq::CqNotify>);
+        let cq = p::cq::CompletionQueue::create(&self.inner.dev, cqe, notify)?;
+        let channel = channel.map(|c| c.inner.clone());
+        if let Some(c) = &channel {
+            c.users.fetch_add(1, Ordering::AcqRel);
+        }
+        let shared = Arc::new(CqShared {
+            cq,
+            unacked: AtomicU32::new(0),
+            channel,
+        });
+        if let Some(h) = hook {
+            let _ = h.cq.set(Arc::downgrade(&shared));
+        }
+        Ok(Cq { inner: shared })
+    }
+
+    /// Takes the next asynchronous event, blocking until there is one
+    /// (`ibv_get_async_event(3)`).
+    pub fn get_async_event(&self) -> Result<AsyncEvent> {
+        loop {
+            if let Some(ev) = self.try_get_async_event() {
+                return Ok(ev);
+            }
+            self.inner.async_fd.wait(-1)?;
+        }
+    }
+
+    /// Takes the next asynchronous event if there is one, without blocking.
+    pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
+        if let Some(ev) = self.inner.dev.events().pop() {
+            return Some(ev);
+        }
+        self.inner.async_fd.clear();
+        self.inner.dev.events().pop()
+    }
+
+    /// A descriptor that is readable while asynchronous events may be waiting
+    /// (`ibv_context::async_fd`), for poll/epoll. Valid while the context lives.
+    pub fn async_fd(&self) -> RawFd {
+        self.inner.async_fd.fd()
+    }
+}
+
+/// An object whose `destroy` was refused, given back with the reason.
+#[derive(Debug)]
+pub struct DestroyError<T> {
+    /// The object, still alive.
+    pub object: T,
+    /// Why (usually `Busy`).
+    pub error: VerbsError,
+}
+
+impl<T: std::fmt::Debug> std::fmt::Display for DestroyError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<T: std::fmt::Debug> std::error::Error for DestroyError<T> {}
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Clone, Debug)]
+pub struct Pd {
+    inner: Arc<p::pd::ProtectionDomain>,
+}
+
+impl Pd {
+    /// Registers `len` zeroed bytes owned by the region (`ibv_reg_mr(3)`). `access` is
+    /// a set of [`crate::AccessFlags`] bits; REMOTE_WRITE and REMOTE_ATOMIC need
+    /// LOCAL_WRITE (`ibv_reg_mr(3)`).
+    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr> {
+        Ok(Mr {
+            inner: p::mr::MemoryRegion::alloc(&self.inner, len, access)?,
+        })
+    }
+
+    /// Registers the caller's bytes (`ibv_reg_mr(3)`): the region takes them (into its
+    /// 8-byte aligned storage); [`Mr::dereg`] gives them back.
+    pub fn reg_mr(&self, bytes: Vec<u8>, access: u32) -> Result<Mr> {
+        Ok(Mr {
+            inner: p::mr::MemoryRegion::from_bytes(&self.inner, &bytes, access)?,
+        })
+    }
+
+    /// Registers foreign memory (the C ABI's `ibv_reg_mr`); `mr.addr()` is `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// See [`p::mr::MemoryRegion::register_raw`]: `ptr..ptr+len` must stay valid for
+    /// reads and writes, and be accessed by others only in ways that do not race with
+    /// atomic accesses, until the region and every clone of it are dropped.
+    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: u32) -> Result<Mr> {
+        // SAFETY: forwarded to the caller.
+        Ok(Mr {
+            inner: unsafe { p::mr::MemoryRegion::register_raw(&self.inner, ptr, len, access)? },
+        })
+    }
+
+    /// Creates a QP in RESET (`ibv_create_qp(3)`).
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let qp = p::qp::QueuePair::create(
+            &self.inner,
+            p::qp::QpInitAttr {
+                qp_type: init.qp_type,
+                send_cq: init.send_cq.inner.cq.clone(),
+                recv_cq: init.recv_cq.inner.cq.clone(),
+                srq: init.srq.map(|s| s.inner.clone()),
+                cap: init.cap,
+                sq_sig_all: init.sq_sig_all,
+            },
+        )?;
+        Ok(Qp { inner: qp })
+    }
+
+    /// Creates a shared receive queue (`ibv_create_srq(3)`).
+    pub fn create_srq(&self, attr: SrqAttr) -> Result<Srq> {
+        Ok(Srq {
+            inner: p::srq::SharedReceiveQueue::create(&self.inner, attr)?,
+        })
+    }
+
+    /// Creates an address handle for UD sends (`ibv_create_ah(3)`).
+    pub fn create_ah(&self, attr: AhAttr) -> Result<Ah> {
+        Ok(Ah {
+            inner: p::ah::AddressHandle::create(&self.inner, attr)?,
+        })
+    }
+
+    /// Deallocates the PD (`ibv_dealloc_pd(3)`): refused with `Busy` while a QP, SRQ,
+    /// AH or MR uses it.
+    pub fn dealloc(self) -> Result<(), DestroyError<Pd>> {
+        match self.inner.check_unused() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DestroyError {
+                object: self,
+                error,
+            }),
+        }
+    }
+
+    /// The provider PD.
+    pub fn provider(&self) -> &Arc<p::pd::ProtectionDomain> {
+        &self.inner
+    }
+}
+
+/// A memory region (`struct ibv_mr`).
+#[derive(Clone, Debug)]
+pub struct Mr {
+    inner: Arc<p::mr::MemoryRegion>,
+}
+
+impl Mr {
+    /// L_Key, for local SGEs.
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey()
+    }
+
+    /// R_Key, to give a peer for RDMA and atomics.
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey()
+    }
+
+    /// First virtual address of the region (what SGEs and peers' RETHs name).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// An SGE covering `len` bytes at `offset` from the start.
+    pub fn sge(&self, offset: u64, len: u32) -> crate::Sge {
+        crate::Sge {
+            addr: self.addr() + offset,
+            length: len,
+            lkey: self.lkey(),
+        }
+    }
+
+    /// Copies bytes at `offset` into `out`.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.inner.read(offset, out)
+    }
+
+    /// Copies `data` to `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.inner.write(offset, data)
+    }
+
+    /// Sets `len` bytes at `offset` to `byte`.
+    pub fn fill(&self, offset: u64, len: usize, byte: u8) -> Result<()> {
+        self.inner.fill(offset, len, byte)
+    }
+
+    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys stop working at once, and
+    /// its bytes are returned.
+    pub fn dereg(self) -> Vec<u8> {
+        self.inner.deregister();
+        self.inner.contents()
+    }
+
+    /// The provider MR.
+    pub fn provider(&self) -> &Arc<p::mr::MemoryRegion> {
+        &self.inner
+    }
+}
+
+#[derive(Debug)]
+struct CqShared {
+    cq: Arc<p::cq::CompletionQueue>,
+    unacked: AtomicU32,
+    channel: Option<Arc<ChannelInner>>,
+}
+
+impl Drop for CqShared {
+    fn drop(&mut self) {
+        if let Some(c) = &self.channel {
+            c.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A completion queue (`struct ibv_cq`).
+#[derive(Clone, Debug)]
+pub struct Cq {
+    inner: Arc<CqShared>,
+}
+
+impl PartialEq for Cq {
+    fn eq(&self, other: &Cq) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Cq {
+    /// Entries (`ibv_cq::cqe`).
+    pub fn cqe(&self) -> u32 {
+        self.inner.cq.depth()
+    }
+
+    /// Fills `wc` with up to `wc.len()` completions, oldest first; returns how many
+    /// (`ibv_poll_cq(3)`).
+    pub fn poll(&self, wc: &mut [WorkCompletion]) -> usize {
+        self.inner.cq.poll(wc)
+    }
+
+    /// The oldest completion, if any.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.inner.cq.poll_one()
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq(3)`): the next completion (with
+    /// `solicited_only`: the next solicited or unsuccessful one) sends one event to the
+    /// completion channel.
+    pub fn req_notify_cq(&self, solicited_only: bool) {
+        self.inner.cq.req_notify(solicited_only)
+    }
+
+    /// Destroys the CQ (`ibv_destroy_cq(3)`): refused with `Busy` while a QP uses it or
+    /// events from it are not acknowledged.
+    pub fn destroy(self) -> Result<(), DestroyError<Cq>> {
+        let unacked = self.inner.unacked.load(Ordering::Acquire);
+        let res = self.inner.cq.check_unused().and(if unacked > 0 {
+            Err(VerbsError::Busy {
+                what: crate::Resource::CqEvents,
+                users: unacked as usize,
+            })
+        } else {
+            Ok(())
+        });
+        match res {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DestroyError {
+                object: self,
+                error,
+            }),
+        }
+    }
+
+    /// The provider CQ.
+    pub fn provider(&self) -> &Arc<p::cq::CompletionQueue> {
+        &self.inner.cq
+    }
+}
+
+#[derive(Debug)]
+struct ChannelInner {
+    fd: EventFd,
+    queue: Mutex<VecDeque<Arc<CqShared>>>,
+    users: AtomicUsize,
+}
+
+struct ChannelHook {
+    channel: Arc<ChannelInner>,
+    cq: OnceLock<Weak<CqShared>>,
+}
+
+impl p::cq::CqNotify for ChannelHook {
+    fn fire(&self) {
+        if let Some(cq) = self.cq.get().and_then(Weak::upgrade) {
+            cq.unacked.fetch_add(1, Ordering::AcqRel);
+            self.channel.queue.lock().push_back(cq);
+            self.channel.fd.signal();
+        }
+    }
+}
+
+/// A completion channel (`struct ibv_comp_channel`).
+#[derive(Clone, Debug)]
+pub struct CompChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl CompChannel {
+    /// Waits for the next completion event and returns its CQ (`ibv_get_cq_event(3)`).
+    /// Each event must be acknowledged with [`CompChannel::ack_cq_events`].
+    pub fn get_cq_event(&self) -> Result<Cq> {
+        loop {
+            if let Some(cq) = self.try_get_cq_event() {
+                return Ok(cq);
+            }
+            self.inner.fd.wait(-1)?;
+        }
+    }
+
+    /// The next completion event if there is one, without blocking (a channel whose fd
+    /// is non-blocking, as libibverbs' `EAGAIN`).
+    pub fn try_get_cq_event(&self) -> Option<Cq> {
+        let pop = || {
+            self.inner
+                .queue
+                .lock()
+                .pop_front()
+                .map(|inner| Cq { inner })
+        };
+        if let Some(cq) = pop() {
+            return Some(cq);
+        }
+        self.inner.fd.clear();
+        pop()
+    }
+
+    /// Acknowledges `n` events of `cq` (`ibv_ack_cq_events(3)`).
+    pub fn ack_cq_events(&self, cq: &Cq, n: u32) {
+        let _ = cq
+            .inner
+            .unacked
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            });
+    }
+
+    /// A descriptor readable while events may be waiting (`ibv_comp_channel::fd`), for
+    /// poll/epoll. Valid while the channel lives.
+    pub fn fd(&self) -> RawFd {
+        self.inner.fd.fd()
+    }
+
+    /// Destroys the channel (`ibv_destroy_comp_channel(3)`): refused with `Busy` while a
+    /// CQ still reports to it.
+    pub fn destroy(self) -> Result<(), DestroyError<CompChannel>> {
+        match self.inner.users.load(Ordering::Acquire) {
+            0 => Ok(()),
+            users => Err(DestroyError {
+                object: self,
+                error: VerbsError::Busy {
+                    what: crate::Resource::Cq,
+                    users,
+                },
+            }),
+        }
+    }
+}
+
+/// Creation attributes of a QP (`struct ibv_qp_init_attr`).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInitAttr<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// CQ of send completions.
+    pub send_cq: &'a Cq,
+    /// CQ of receive completions.
+    pub recv_cq: &'a Cq,
+    /// Optional shared receive queue.
+    pub srq: Option<&'a Srq>,
+    /// Queue sizes; at most the device limits.
+    pub cap: QpCap,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+}
+
+/// A queue pair (`struct ibv_qp`).
+#[derive(Clone, Debug)]
+pub struct Qp {
+    inner: Arc<p::qp::QueuePair>,
+}
+
+impl Qp {
+    /// The QP number (random in `2..2^24`).
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qpn()
+    }
+
+    /// The type.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type()
+    }
+
+    /// Modifies the QP (`ibv_modify_qp(3)`; IBTA §11.2.5.2). A refusal changes nothing
+    /// and says which attribute was missing, not allowed or out of range.
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        Ok(self.inner.modify(attr, mask)?)
+    }
+
+    /// All attributes (`ibv_query_qp(3)`).
+    pub fn query(&self) -> QpAttr {
+        self.inner.query()
+    }
+
+    /// Current state.
+    pub fn state(&self) -> crate::QpState {
+        self.inner.state()
+    }
+
+    /// Posts a chain of send WRs (`ibv_post_send(3)`); see [`BadWr`].
+    pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
+        self.inner.post_send(wrs)
+    }
+
+    /// Posts a chain of receive WRs (`ibv_post_recv(3)`); see [`BadWr`].
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
+        self.inner.post_recv(wrs)
+    }
+
+    /// Destroys the QP (`ibv_destroy_qp(3)`): its number, CQs, SRQ and PD are released
+    /// once every clone of this handle is gone.
+    pub fn destroy(self) {}
+
+    /// The provider QP.
+    pub fn provider(&self) -> &Arc<p::qp::QueuePair> {
+        &self.inner
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`).
+#[derive(Clone, Debug)]
+pub struct Srq {
+    inner: Arc<p::srq::SharedReceiveQueue>,
+}
+
+impl Srq {
+    /// Modifies it (`ibv_modify_srq(3)`).
+    pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
+        self.inner.modify(attr, mask)
+    }
+
+    /// Its attributes (`ibv_query_srq(3)`).
+    pub fn query(&self) -> SrqAttr {
+        self.inner.query()
+    }
+
+    /// Posts receive WRs (`ibv_post_srq_recv(3)`).
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
+        self.inner.post_recv(wrs)
+    }
+
+    /// Destroys it (`ibv_destroy_srq(3)`): refused with `Busy` while a QP uses it.
+    pub fn destroy(self) -> Result<(), DestroyError<Srq>> {
+        match self.inner.check_unused() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DestroyError {
+                object: self,
+                error,
+            }),
+        }
+    }
+
+    /// The provider SRQ.
+    pub fn provider(&self) -> &Arc<p::srq::SharedReceiveQueue> {
+        &self.inner
+    }
+}
+
+/// An address handle (`struct ibv_ah`).
+#[derive(Clone, Debug)]
+pub struct Ah {
+    inner: Arc<p::ah::AddressHandle>,
+}
+
+impl Ah {
+    /// The destination of a UD send to QP `remote_qpn` with Q_Key `remote_qkey`.
+    pub fn ud_dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest {
+            ah: self.inner.clone(),
+            remote_qpn,
+            remote_qkey,
+        }
+    }
+
+    /// The address vector.
+    pub fn attr(&self) -> AhAttr {
+        *self.inner.attr()
+    }
+
+    /// Destroys the address handle (`ibv_destroy_ah(3)`). UD WRs already posted keep
+    /// their own reference to it, so they stay valid until completed.
+    pub fn destroy(self) {}
+}
