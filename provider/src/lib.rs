@@ -36,6 +36,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
+pub mod time;
 pub mod wc;
 pub mod wr;
 
