@@ -24,7 +24,8 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 test: fmt-check clippy unit-test fuzz-smoke
-	@echo "make test: all checks passed"
+	@echo "make test: fmt, clippy, tests and fuzz smoke all passed"
+	@awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test-results.log
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -33,9 +34,11 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# Test output is kept in target/test-results.log so `make test` can print the totals last.
 unit-test:
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test --workspace --doc
+	@mkdir -p target
+	set -o pipefail; $(CARGO) test --workspace --all-targets 2>&1 | tee target/test-results.log
+	set -o pipefail; $(CARGO) test --workspace --doc 2>&1 | tee -a target/test-results.log
 
 fuzz-build:
 	cd fuzz && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)
