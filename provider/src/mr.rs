@@ -10,9 +10,14 @@
 //! `AtomicU64` operations on aligned words. Owned regions keep their bytes in a
 //! `Box<[AtomicU64]>`, so they are 8-byte aligned.
 //!
-//! Byte-sized and word-sized atomic accesses may touch the same word when copies are
-//! not 8-byte aligned. Every access is atomic and every CPU uroce targets makes such
-//! mixed-size accesses coherent; no access is ever a plain (non-atomic) one.
+//! Owned regions are only ever accessed in whole 8-byte words: a copy that starts or ends
+//! inside a word loads the word (reads) or merges its bytes into it with a
+//! compare-and-swap loop (writes). So no two accesses of different sizes ever touch the
+//! same byte: Rust's memory model forbids racing mixed-size atomic accesses, and a remote
+//! write may race with a local read at any time. Regions registered through the raw
+//! (C ABI) path are the caller's memory, which the C program accesses without atomics
+//! anyway; there uroce uses word accesses where aligned and byte accesses at the edges, so
+//! that it never touches a byte outside the registration.
 //!
 //! # Addresses
 //!
@@ -121,7 +126,7 @@ pub enum AccessFault {
 /// Where a region's bytes live.
 enum Storage {
     /// Owned, 8-byte aligned words.
-    Owned(#[allow(dead_code)] Box<[AtomicU64]>),
+    Owned(Box<[AtomicU64]>),
     /// Memory the caller of [`MemoryRegion::register_raw`] vouched for.
     Raw,
 }
@@ -330,8 +335,35 @@ impl MemoryRegion {
     }
 
     /// Copies bytes at `offset` (from the region start) into `out`.
+    ///
+    /// Errors: [`Error::OutOfBounds`] when `offset + out.len()` exceeds the region.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check_offset(offset, out.len())?;
+        match &self.storage {
+            Storage::Owned(words) => {
+                read_words(words, offset as usize, out);
+                Ok(())
+            }
+            Storage::Raw => self.read_raw(offset, out),
+        }
+    }
+
+    /// Copies `data` into the region at `offset` (from the region start).
+    ///
+    /// Errors: [`Error::OutOfBounds`] when `offset + data.len()` exceeds the region.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_offset(offset, data.len())?;
+        match &self.storage {
+            Storage::Owned(words) => {
+                write_words(words, offset as usize, data);
+                Ok(())
+            }
+            Storage::Raw => self.write_raw(offset, data),
+        }
+    }
+
+    /// [`read`](Self::read) for raw memory: words where aligned, bytes at the edges.
+    fn read_raw(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         let mut i = 0;
         while i < out.len() {
             // SAFETY: offset + i + 8 <= len was checked (or 1 byte for the byte path), so
@@ -352,9 +384,8 @@ impl MemoryRegion {
         Ok(())
     }
 
-    /// Copies `data` into the region at `offset` (from the region start).
-    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.check_offset(offset, data.len())?;
+    /// [`write`](Self::write) for raw memory: words where aligned, bytes at the edges.
+    fn write_raw(&self, offset: u64, data: &[u8]) -> Result<()> {
         let mut i = 0;
         while i < data.len() {
             // SAFETY: as in `read`: in bounds of live region memory, accessed atomically.
@@ -428,6 +459,44 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         self.deregister();
+    }
+}
+
+/// Reads `out.len()` bytes at byte `offset` of `words` with whole-word relaxed loads.
+/// The caller has checked `offset + out.len() <= words.len() * 8`.
+fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
+    let mut done = 0;
+    while done < out.len() {
+        let pos = offset + done;
+        let (w, at) = (pos / 8, pos % 8);
+        let n = (8 - at).min(out.len() - done);
+        let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
+        out[done..done + n].copy_from_slice(&bytes[at..at + n]);
+        done += n;
+    }
+}
+
+/// Writes `data` at byte `offset` of `words`: whole words with relaxed stores, partial
+/// words merged with a compare-and-swap loop, so every access is a whole-word atomic.
+/// The caller has checked `offset + data.len() <= words.len() * 8`.
+fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
+    let mut done = 0;
+    while done < data.len() {
+        let pos = offset + done;
+        let (w, at) = (pos / 8, pos % 8);
+        let n = (8 - at).min(data.len() - done);
+        let part = &data[done..done + n];
+        if let Ok(whole) = <[u8; 8]>::try_from(part) {
+            words[w].store(u64::from_ne_bytes(whole), Ordering::Relaxed);
+        } else {
+            // `fetch_update` retries until no other write slipped in between.
+            let _ = words[w].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                let mut b = old.to_ne_bytes();
+                b[at..at + n].copy_from_slice(part);
+                Some(u64::from_ne_bytes(b))
+            });
+        }
+        done += n;
     }
 }
 
