@@ -201,3 +201,25 @@ fn unreadable_file_is_an_error_but_others_still_count() {
     assert!(summary(&out).starts_with("summary: packets="), "{out}");
     assert!(!summary(&out).starts_with("summary: packets=0 "), "{out}");
 }
+
+#[test]
+fn closed_stdout_pipe_ends_quietly_without_a_panic() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uroce"))
+        .arg("pcap")
+        .arg(captures().join("loss_retransmit.pcap"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn uroce");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The reader (and the pipe) is dropped here, as `uroce pcap F | head -1` does.
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

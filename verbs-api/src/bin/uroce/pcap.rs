@@ -7,6 +7,7 @@
 //! with `roce = icrc_ok + icrc_bad + malformed`.
 
 use std::fmt::Write as _;
+use std::io::{BufWriter, ErrorKind, Write as _};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,21 +40,29 @@ impl std::fmt::Display for Summary {
     }
 }
 
-/// Runs the subcommand: exit status 0 unless a file cannot be read.
+/// Runs the subcommand: exit status 0 unless a file cannot be read (or standard output
+/// fails for another reason than a closed pipe: `uroce pcap F | head` ends quietly).
 pub fn run(files: &[PathBuf]) -> ExitCode {
     let mut summary = Summary::default();
     let mut status = ExitCode::SUCCESS;
     let mut out = String::with_capacity(256);
+    let mut stdout = BufWriter::new(std::io::stdout().lock());
+    let mut write_error: Option<std::io::Error> = None;
     for path in files {
         let mut first_ts: Option<Duration> = None;
         let result = for_each_frame(
             path,
             |ts, link, frame| {
+                if write_error.is_some() {
+                    return;
+                }
                 let t0 = *first_ts.get_or_insert(ts);
                 let rel = ts.checked_sub(t0).unwrap_or_default();
                 out.clear();
                 dissect(&mut summary, rel, link, frame, &mut out);
-                println!("{out}");
+                if let Err(e) = writeln!(stdout, "{out}") {
+                    write_error = Some(e);
+                }
             },
             |warning| eprintln!("uroce pcap: warning: {warning}"),
         );
@@ -61,9 +70,23 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             eprintln!("uroce pcap: error: cannot read {}", e.0);
             status = ExitCode::FAILURE;
         }
+        if write_error.is_some() {
+            break;
+        }
     }
-    println!("{summary}");
-    status
+    if write_error.is_none() {
+        if let Err(e) = writeln!(stdout, "{summary}").and_then(|()| stdout.flush()) {
+            write_error = Some(e);
+        }
+    }
+    match write_error {
+        Some(e) if e.kind() == ErrorKind::BrokenPipe => status,
+        Some(e) => {
+            eprintln!("uroce pcap: error: writing standard output: {e}");
+            ExitCode::FAILURE
+        }
+        None => status,
+    }
 }
 
 /// Writes the line for one frame into `out` and counts it in `summary`.
