@@ -368,33 +368,61 @@ impl RoceRepr {
     /// syndrome.
     pub fn parse<T: AsRef<[u8]>>(packet: &RocePacket<T>) -> Result<RoceRepr> {
         packet.check()?;
-        let cnp_reserved = match packet.cnp_reserved() {
-            Some(&[a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15]) => {
-                Some([
-                    a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
-                ])
-            }
-            _ => None,
-        };
-        Ok(RoceRepr {
-            bth: BthRepr::parse(&packet.bth())?,
-            deth: packet.deth().map(|p| DethRepr::parse(&p)).transpose()?,
-            reth: packet.reth().map(|p| RethRepr::parse(&p)).transpose()?,
-            feth: packet.feth().map(|p| FethRepr::parse(&p)).transpose()?,
-            atomic_eth: packet
-                .atomic_eth()
-                .map(|p| AtomicEthRepr::parse(&p))
-                .transpose()?,
-            aeth: packet.aeth().map(|p| AethRepr::parse(&p)).transpose()?,
-            atomic_ack_eth: packet
-                .atomic_ack_eth()
-                .map(|p| AtomicAckEthRepr::parse(&p))
-                .transpose()?,
-            immdt: packet.immdt().map(|p| ImmDtRepr::parse(&p)).transpose()?,
-            ieth: packet.ieth().map(|p| IethRepr::parse(&p)).transpose()?,
-            cnp_reserved,
+        let buf = packet.as_bytes();
+        let op = packet.opcode();
+        let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
+        let mut repr = RoceRepr {
+            bth: BthRepr::parse(&BthPacket::new_unchecked(buf))?,
             payload_len: packet.payload().len(),
-        })
+            ..RoceRepr::default()
+        };
+        // One pass over the opcode's headers in wire order (`check` made sure they are all
+        // there; `get` keeps this panic-free regardless).
+        let mut at = BTH_LEN;
+        for &h in info.headers {
+            let end = at + h.wire_len();
+            let bytes = buf.get(at..end).ok_or(Error::Truncated {
+                layer: h.name(),
+                needed: end,
+                got: buf.len(),
+            })?;
+            match h {
+                ExtHeader::Deth => {
+                    repr.deth = Some(DethRepr::parse(&DethPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::Reth => {
+                    repr.reth = Some(RethRepr::parse(&RethPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::Feth => {
+                    repr.feth = Some(FethRepr::parse(&FethPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::AtomicEth => {
+                    repr.atomic_eth =
+                        Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::Aeth => {
+                    repr.aeth = Some(AethRepr::parse(&AethPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::AtomicAckEth => {
+                    repr.atomic_ack_eth = Some(AtomicAckEthRepr::parse(
+                        &AtomicAckEthPacket::new_checked(bytes)?,
+                    )?)
+                }
+                ExtHeader::ImmDt => {
+                    repr.immdt = Some(ImmDtRepr::parse(&ImmDtPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::Ieth => {
+                    repr.ieth = Some(IethRepr::parse(&IethPacket::new_checked(bytes)?)?)
+                }
+                ExtHeader::CnpReserved => {
+                    let mut reserved = [0u8; CNP_RESERVED_LEN];
+                    reserved.copy_from_slice(bytes);
+                    repr.cnp_reserved = Some(reserved);
+                }
+            }
+            at = end;
+        }
+        Ok(repr)
     }
 
     /// The opcode's table entry, `None` for an unknown opcode.
