@@ -62,6 +62,7 @@ fuzz: fuzz-build
 
 bench:
 	$(CARGO) bench -p uroce-wire --bench parse
+	$(CARGO) bench -p uroce-provider --bench sim
 
 lab-interop:
 	@echo "lab-interop: the interop matrix against Linux rxe arrives with the interop issue" >&2

@@ -229,6 +229,7 @@ pub struct Device {
     gids: Vec<Gid>,
     pub(crate) res: Mutex<Resources>,
     events: EventQueue,
+    pub(crate) dp: crate::datapath::Datapath,
 }
 
 impl Device {
@@ -252,6 +253,7 @@ impl Device {
             config,
             limits,
             events: EventQueue::default(),
+            dp: crate::datapath::Datapath::default(),
         };
         dev.events.push(AsyncEvent::PortActive { port: 1 });
         std::sync::Arc::new(dev)
@@ -369,6 +371,7 @@ impl Device {
     }
 
     pub(crate) fn free_qpn(&self, qpn: u32) {
+        self.dp.unregister(qpn);
         self.res.lock().qpns.remove(&qpn);
         self.release(Resource::Qp);
     }

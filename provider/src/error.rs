@@ -161,6 +161,10 @@ pub enum Error {
     /// A raw registration of a non-zero length at the null address.
     #[error("cannot register memory at the null address")]
     NullAddress,
+    /// The device could not be opened on its I/O backend (port 4791 taken, address not
+    /// local, ...): the message says what to do.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
     /// An operating system call failed.
     #[error("{op} failed: errno {errno}")]
     Os {
@@ -183,6 +187,7 @@ impl Error {
             Error::Busy { .. } => EBUSY,
             Error::NoSuchDevice(_) => ENODEV,
             Error::Os { errno, .. } => *errno,
+            Error::Backend(b) => b.errno(),
             _ => EINVAL,
         }
     }

@@ -19,6 +19,9 @@
 //! | [`wc`] | work completions | IBTA §11.4.2.1, `ibv_poll_cq(3)` |
 //! | [`event`] | asynchronous events | IBTA §11.6.3, `ibv_get_async_event(3)` |
 //! | [`qp`] | queue pair, its state machine and attributes | IBTA §10.3, §11.2.5, Linux `ib_modify_qp_is_ok` |
+//! | [`transport`] | the sans-IO RC transport: requester, responder, completer, timers | IBTA §9.7 |
+//! | [`datapath`] | the device-level interface: datagrams in, packets out, timers | annex A17 |
+//! | [`counters`] | per-device and per-QP transport counters | rxe hw counters |
 //!
 //! Determinism: nothing in this crate reads a clock or seeds a random-number generator
 //! by itself. Keys and QP numbers come from a ChaCha20 generator seeded by
@@ -27,7 +30,9 @@
 #![warn(missing_docs)]
 
 pub mod ah;
+pub mod counters;
 pub mod cq;
+pub mod datapath;
 pub mod device;
 pub mod error;
 pub mod event;
@@ -35,10 +40,16 @@ pub mod limits;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod sim;
 pub mod srq;
 pub mod time;
+pub mod transport;
 pub mod wc;
 pub mod wr;
 
+pub use counters::{Counter, Counters, DeviceCounters, QpCounters};
+pub use datapath::{qp_src_port, RxIcrc, Transmit, Waker, MAX_ROCE_PACKET_LEN};
 pub use error::{Error, Resource};
 pub use qp::state::{modify_qp_is_ok, QpAttrMask, QpState, QpType};
+pub mod backend;
+pub mod engine;

@@ -200,8 +200,20 @@ impl SharedReceiveQueue {
 
     /// Takes the oldest WR (the responder's entry point). When the limit is armed and
     /// fewer than `srq_limit` WRs remain, raises `SRQ_LIMIT_REACHED` and disarms.
+    ///
+    /// WRs are handed out in posting order whichever QP asks (IBTA §10.2.9: the QPs
+    /// attached to an SRQ draw from one queue).
     pub fn take(&self) -> Option<RecvWqe> {
+        self.take_if(|_| true)
+    }
+
+    /// Takes the oldest WR only when `fits` accepts it (a UD responder checks the buffer
+    /// length first: a message that does not fit leaves the WR where it is).
+    pub fn take_if(&self, fits: impl FnOnce(&RecvWqe) -> bool) -> Option<RecvWqe> {
         let mut inner = self.inner.lock();
+        if !fits(inner.queue.front()?) {
+            return None;
+        }
         let wqe = inner.queue.pop_front()?;
         let limit = inner.attr.srq_limit;
         if limit > 0 && (inner.queue.len() as u32) < limit {
@@ -213,6 +225,12 @@ impl SharedReceiveQueue {
                 .push(AsyncEvent::SrqLimitReached { srq: self.id });
         }
         Some(wqe)
+    }
+
+    /// Gives back a WR taken for a message that was then abandoned (a UC message cut by a
+    /// PSN gap): it goes back to the front, to be the next one taken.
+    pub(crate) fn put_back(&self, wqe: RecvWqe) {
+        self.inner.lock().queue.push_front(wqe);
     }
 
     /// Counts one more QP attached.

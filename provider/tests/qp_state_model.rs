@@ -130,7 +130,7 @@ prop_compose! {
     fn arb_attr()(
         state in 0u32..7, cur in 0u32..7, mtu in 0usize..5,
         timeout in 0u8..40, retry in 0u8..10, rnr in 0u8..10, min_rnr in 0u8..40,
-        sq in psn(), rq in psn(), dqpn in psn(), qkey in any::<u32>(),
+        sq in psn(), rq in psn(), dqpn in psn(), qkey in 0..0x8000_0000u32, // controlled Q_Keys are refused (IBTA §10.2.5)
         rd in 0u8..140, drd in 0u8..140, port in 0u8..3, pkey in 0u16..2,
         acc in prop_oneof![6 => 0u32..16, 1 => Just(32u32)],
         dgid_zero in prop::bool::weighted(0.1), notify in any::<bool>(),

@@ -22,6 +22,16 @@
 //! IPv4, the address itself for IPv6). So `-d uroce0 -g 0` always means the same thing.
 //! Limits ([`Context::query_device`]) are [`DeviceLimits::DEFAULT`], at least rxe's.
 //!
+//! ## Backends
+//!
+//! [`Device::open`] opens a device on the default backend, UDP ([`UdpBackend`]): it owns
+//! UDP port 4791 on the device's address, and a progress engine thread moves its packets
+//! (see `uroce_provider::backend` and `uroce_provider::engine`). [`Device::open_on`]
+//! takes any [`Backend`]: the UDP one with other options (polled progress
+//! [`Progress::Polled`], where [`Cq::poll`] and [`Qp::post_send`] make progress; an
+//! [`IcrcPolicy`]), [`Detached`] (no I/O, what [`Device::open_with_seed`] uses for tests
+//! of the object model), or the simulator's fabric.
+//!
 //! ## Memory regions
 //!
 //! The safe API owns registered memory: [`Pd::alloc_mr`] allocates it, [`Pd::reg_mr`]
@@ -43,7 +53,10 @@ mod objects;
 
 pub use objects::*;
 pub use uroce_provider::ah::AhAttr;
+pub use uroce_provider::backend::udp::{UdpBackend, UdpConfig};
+pub use uroce_provider::backend::{Backend, BackendError, Detached, Driver, IcrcPolicy};
 pub use uroce_provider::device::{DeviceConfig, Gid, PortAttr, PortState};
+pub use uroce_provider::engine::{EngineConfig, Progress};
 pub use uroce_provider::event::AsyncEvent;
 pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};

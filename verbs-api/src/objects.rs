@@ -12,6 +12,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use uroce_provider as p;
+use uroce_provider::backend::{Backend, Driver};
 use uroce_provider::wr::{BadWr, RecvWr, SendWr, UdDest};
 
 /// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES`,
@@ -72,36 +73,73 @@ impl Device {
         self.config.addr
     }
 
-    /// Opens the device (`ibv_open_device(3)`), seeding key and QPN generation from the
-    /// operating system's random source.
+    /// Opens the device (`ibv_open_device(3)`) on the default backend, UDP
+    /// ([`p::backend::udp::UdpBackend`]: it owns UDP port 4791 on the device's address,
+    /// and an engine thread moves its packets), seeding key and QPN generation from the
+    /// operating system's random source. Fails with [`VerbsError::Backend`] when the port
+    /// is taken (by the kernel's rdma_rxe, say) or the address is not local.
     pub fn open(&self) -> Result<Context> {
-        let mut seed = [0u8; 8];
-        getrandom::getrandom(&mut seed).map_err(|e| VerbsError::Os {
-            op: "getrandom",
-            errno: e.raw_os_error().unwrap_or(5),
-        })?;
-        self.open_with_seed(u64::from_ne_bytes(seed))
+        self.open_on(&p::backend::udp::UdpBackend::default(), os_seed()?)
     }
 
-    /// Opens the device with a fixed seed: same seed, same keys and QPNs (for tests).
+    /// Opens the device with a fixed seed (same seed, same keys and QPNs) and no I/O
+    /// backend ([`p::backend::Detached`]): for tests of the object model, which open the
+    /// same address many times at once. Use [`Device::open_on`] for a network.
     pub fn open_with_seed(&self, seed: u64) -> Result<Context> {
         self.open_with(seed, DeviceLimits::DEFAULT)
     }
 
-    /// Opens the device with a fixed seed and given limits (for tests of limits).
+    /// As [`Device::open_with_seed`], with given limits (for tests of limits).
     pub fn open_with(&self, seed: u64, limits: DeviceLimits) -> Result<Context> {
-        let dev = p::device::Device::with_limits(
-            DeviceConfig {
-                seed,
-                ..self.config.clone()
-            },
-            limits,
-        );
+        self.open_on_with(&p::backend::Detached, seed, limits)
+    }
+
+    /// Opens the device on `backend` with a fixed seed: the UDP backend with chosen
+    /// options (polled progress, ICRC policy, ...), the detached one, or the simulator's.
+    pub fn open_on(&self, backend: &dyn Backend, seed: u64) -> Result<Context> {
+        self.open_on_with(backend, seed, DeviceLimits::DEFAULT)
+    }
+
+    /// Opens the device on `backend` with a fixed seed and given limits.
+    pub fn open_on_with(
+        &self,
+        backend: &dyn Backend,
+        seed: u64,
+        limits: DeviceLimits,
+    ) -> Result<Context> {
+        let config = DeviceConfig {
+            seed,
+            ..self.config.clone()
+        };
+        let opened = backend.open(config, limits)?;
+        let dev = opened.device;
         let async_fd = Arc::new(EventFd::new()?);
         dev.events().set_sink(Arc::new(FdSink(async_fd.clone())));
         Ok(Context {
-            inner: Arc::new(ContextInner { dev, async_fd }),
+            inner: Arc::new(ContextInner {
+                dev,
+                async_fd,
+                driver: opened.driver,
+                backend: backend.name(),
+            }),
         })
+    }
+}
+
+/// A seed from the operating system's random source.
+fn os_seed() -> Result<u64> {
+    let mut seed = [0u8; 8];
+    getrandom::getrandom(&mut seed).map_err(|e| VerbsError::Os {
+        op: "getrandom",
+        errno: e.raw_os_error().unwrap_or(5),
+    })?;
+    Ok(u64::from_ne_bytes(seed))
+}
+
+/// Makes progress on a polled-mode device (no-op for a threaded engine or no driver).
+fn progress(driver: &Option<Arc<dyn Driver>>) {
+    if let Some(d) = driver {
+        d.progress();
     }
 }
 
@@ -117,6 +155,10 @@ impl p::event::EventSink for FdSink {
 struct ContextInner {
     dev: Arc<p::device::Device>,
     async_fd: Arc<EventFd>,
+    /// What moves the device's packets (the engine); every object handle keeps a clone,
+    /// so it runs until the last one is gone.
+    driver: Option<Arc<dyn Driver>>,
+    backend: &'static str,
 }
 
 /// An open device (`struct ibv_context`).
@@ -129,6 +171,23 @@ impl Context {
     /// The provider device (for the transport and tools).
     pub fn provider(&self) -> &Arc<p::device::Device> {
         &self.inner.dev
+    }
+
+    /// The name of the backend the device was opened on (`"udp"`, `"detached"`, ...).
+    pub fn backend(&self) -> &'static str {
+        self.inner.backend
+    }
+
+    /// What drives the device's datapath, if anything (the UDP engine).
+    pub fn driver(&self) -> Option<&Arc<dyn Driver>> {
+        self.inner.driver.as_ref()
+    }
+
+    /// Makes what progress is possible now: needed only for a device opened in polled
+    /// mode ([`p::engine::Progress::Polled`]), where [`Cq::poll`] and [`Qp::post_send`]
+    /// also call it; a no-op otherwise.
+    pub fn progress(&self) {
+        progress(&self.inner.driver)
     }
 
     /// The device limits (`ibv_query_device(3)`).
@@ -150,6 +209,7 @@ impl Context {
     pub fn alloc_pd(&self) -> Result<Pd> {
         Ok(Pd {
             inner: p::pd::ProtectionDomain::alloc(&self.inner.dev)?,
+            driver: self.inner.driver.clone(),
         })
     }
 
@@ -183,6 +243,7 @@ impl Context {
             cq,
             unacked: AtomicU32::new(0),
             channel,
+            driver: self.inner.driver.clone(),
         });
         if let Some(h) = hook {
             let _ = h.cq.set(Arc::downgrade(&shared));
@@ -238,6 +299,7 @@ impl<T: std::fmt::Debug> std::error::Error for DestroyError<T> {}
 #[derive(Clone, Debug)]
 pub struct Pd {
     inner: Arc<p::pd::ProtectionDomain>,
+    driver: Option<Arc<dyn Driver>>,
 }
 
 impl Pd {
@@ -285,7 +347,10 @@ impl Pd {
                 sq_sig_all: init.sq_sig_all,
             },
         )?;
-        Ok(Qp { inner: qp })
+        Ok(Qp {
+            inner: qp,
+            driver: self.driver.clone(),
+        })
     }
 
     /// Creates a shared receive queue (`ibv_create_srq(3)`).
@@ -394,6 +459,7 @@ struct CqShared {
     cq: Arc<p::cq::CompletionQueue>,
     unacked: AtomicU32,
     channel: Option<Arc<ChannelInner>>,
+    driver: Option<Arc<dyn Driver>>,
 }
 
 impl Drop for CqShared {
@@ -423,13 +489,15 @@ impl Cq {
     }
 
     /// Fills `wc` with up to `wc.len()` completions, oldest first; returns how many
-    /// (`ibv_poll_cq(3)`).
+    /// (`ibv_poll_cq(3)`). On a polled-mode device it first makes progress.
     pub fn poll(&self, wc: &mut [WorkCompletion]) -> usize {
+        progress(&self.inner.driver);
         self.inner.cq.poll(wc)
     }
 
-    /// The oldest completion, if any.
+    /// The oldest completion, if any (makes progress first on a polled-mode device).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        progress(&self.inner.driver);
         self.inner.cq.poll_one()
     }
 
@@ -483,7 +551,10 @@ impl p::cq::CqNotify for ChannelHook {
     fn fire(&self) {
         if let Some(cq) = self.cq.get().and_then(Weak::upgrade) {
             cq.unacked.fetch_add(1, Ordering::AcqRel);
-            self.channel.queue.lock().push_back(cq);
+            // Signalled under the queue lock, so that a reader clearing the descriptor
+            // when it takes the last event never misses this one.
+            let mut q = self.channel.queue.lock();
+            q.push_back(cq);
             self.channel.fd.signal();
         }
     }
@@ -509,19 +580,17 @@ impl CompChannel {
 
     /// The next completion event if there is one, without blocking (a channel whose fd
     /// is non-blocking, as libibverbs' `EAGAIN`).
+    ///
+    /// The descriptor is readable exactly while events are waiting: taking the last one
+    /// makes it unreadable (as reading the event from libibverbs' channel fd does), so
+    /// poll/epoll loops never wake for nothing.
     pub fn try_get_cq_event(&self) -> Option<Cq> {
-        let pop = || {
-            self.inner
-                .queue
-                .lock()
-                .pop_front()
-                .map(|inner| Cq { inner })
-        };
-        if let Some(cq) = pop() {
-            return Some(cq);
+        let mut q = self.inner.queue.lock();
+        let cq = q.pop_front();
+        if q.is_empty() {
+            self.inner.fd.clear();
         }
-        self.inner.fd.clear();
-        pop()
+        cq.map(|inner| Cq { inner })
     }
 
     /// Acknowledges `n` events of `cq` (`ibv_ack_cq_events(3)`).
@@ -577,6 +646,7 @@ pub struct QpInitAttr<'a> {
 #[derive(Clone, Debug)]
 pub struct Qp {
     inner: Arc<p::qp::QueuePair>,
+    driver: Option<Arc<dyn Driver>>,
 }
 
 impl Qp {
@@ -606,9 +676,12 @@ impl Qp {
         self.inner.state()
     }
 
-    /// Posts a chain of send WRs (`ibv_post_send(3)`); see [`BadWr`].
+    /// Posts a chain of send WRs (`ibv_post_send(3)`); see [`BadWr`]. On a polled-mode
+    /// device it then makes progress (the packets leave now).
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
-        self.inner.post_send(wrs)
+        let r = self.inner.post_send(wrs);
+        progress(&self.driver);
+        r
     }
 
     /// Posts a chain of receive WRs (`ibv_post_recv(3)`); see [`BadWr`].

@@ -196,6 +196,13 @@ pub enum ModifyQpError {
     /// on RoCE ports).
     #[error("ALT_PATH is not supported: RoCE has no automatic path migration")]
     AltPathUnsupported,
+    /// A Q_Key with the high bit set is reserved to privileged consumers (IBTA §10.2.5);
+    /// a send WR may still name one to mean "use the QP's Q_Key".
+    #[error("qkey {qkey:#x} has the high bit set, which only privileged QPs may use; pick a Q_Key below 0x80000000")]
+    PrivilegedQkey {
+        /// The Q_Key.
+        qkey: u32,
+    },
 }
 
 impl ModifyQpError {

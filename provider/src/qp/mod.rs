@@ -37,12 +37,19 @@ pub struct QpInitAttr {
 }
 
 #[derive(Debug)]
-struct QpInner {
-    attr: QpAttr,
-    sq: VecDeque<SendWqe>,
-    rq: VecDeque<RecvWqe>,
+pub(crate) struct QpInner {
+    pub(crate) attr: QpAttr,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWqe>,
     next_ssn: u32,
     next_rq_index: u64,
+    /// The RC transport state (requester, completer, responder, timers), and the QP's
+    /// counters whatever its type.
+    pub(crate) rc: crate::transport::RcTransport,
+    /// The UC transport state (used by UC QPs only).
+    pub(crate) uc: crate::transport::uc::UcTransport,
+    /// The UD transport state (used by UD QPs only).
+    pub(crate) ud: crate::transport::ud::UdTransport,
 }
 
 /// A queue pair.
@@ -56,7 +63,7 @@ pub struct QueuePair {
     srq: Option<Arc<SharedReceiveQueue>>,
     sq_sig_all: bool,
     cap: QpCap,
-    inner: Mutex<QpInner>,
+    pub(crate) inner: Mutex<QpInner>,
 }
 
 fn check_cap(what: Resource, requested: u32, max: u32) -> Result<()> {
@@ -112,7 +119,7 @@ impl QueuePair {
             cap,
             ..QpAttr::default()
         };
-        Ok(Arc::new(QueuePair {
+        let qp = Arc::new(QueuePair {
             qpn,
             qp_type: init.qp_type,
             pd: pd.clone(),
@@ -127,8 +134,13 @@ impl QueuePair {
                 rq: VecDeque::new(),
                 next_ssn: 0,
                 next_rq_index: 0,
+                rc: crate::transport::RcTransport::default(),
+                uc: Default::default(),
+                ud: Default::default(),
             }),
-        }))
+        });
+        dev.datapath().register(&qp);
+        Ok(qp)
     }
 
     /// The QP number.
@@ -227,6 +239,11 @@ impl QueuePair {
                 actual: cur,
             });
         }
+        // IBTA §10.2.5 (Q_Keys): a Q_Key with the high bit set is controlled; only
+        // privileged consumers may give it to a QP, and every uroce QP is unprivileged.
+        if has(QpAttrMask::QKEY) && attr.qkey & 0x8000_0000 != 0 {
+            return Err(E::PrivilegedQkey { qkey: attr.qkey });
+        }
         if has(QpAttrMask::ALT_PATH) {
             return Err(E::AltPathUnsupported);
         }
@@ -324,6 +341,16 @@ impl QueuePair {
             DEST_QPN => dest_qp_num;
         }
         a.qp_state = next;
+        let a = inner.attr;
+        inner.rc.on_modify(&a, mask);
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            let psn = uroce_wire::Psn::new(a.sq_psn);
+            inner.uc.req = crate::transport::uc::UcRequester::new(psn);
+            inner.ud.next_psn = psn;
+        }
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            inner.uc.resp = crate::transport::uc::UcResponder::new(uroce_wire::Psn::new(a.rq_psn));
+        }
         match next {
             QpState::Reset if cur != QpState::Reset => {
                 inner.attr = QpAttr {
@@ -332,17 +359,11 @@ impl QueuePair {
                 };
                 inner.sq.clear();
                 inner.rq.clear();
+                inner.rc = crate::transport::RcTransport::default();
+                inner.uc = Default::default();
+                inner.ud = Default::default();
             }
-            QpState::Err => {
-                self.flush_locked(&mut inner);
-                if cur != QpState::Err && self.srq.is_some() {
-                    // IBTA 10.2.9.5: no more WQEs will be taken from the SRQ.
-                    self.pd
-                        .device()
-                        .events()
-                        .push(AsyncEvent::QpLastWqeReached { qpn: self.qpn });
-                }
-            }
+            QpState::Err => self.enter_error_locked(&mut inner, cur),
             QpState::Sqd if cur != QpState::Sqd && inner.attr.en_sqd_async_notify => {
                 self.pd
                     .device()
@@ -351,7 +372,27 @@ impl QueuePair {
             }
             _ => {}
         }
+        let wake = self.sync_datapath(&mut inner, true);
+        drop(inner);
+        self.pd.device().datapath().settle_cq_errors();
+        if wake {
+            self.pd.device().datapath().wake();
+        }
         Ok(())
+    }
+
+    /// Puts the QP in ERR with the lock held: flushes both queues in order and raises
+    /// `QP_LAST_WQE_REACHED` for SRQ users (IBTA §10.2.9.5).
+    pub(crate) fn enter_error_locked(&self, inner: &mut QpInner, cur: QpState) {
+        inner.attr.qp_state = QpState::Err;
+        self.flush_locked(inner);
+        if cur != QpState::Err && self.srq.is_some() {
+            // IBTA 10.2.9.5: no more WQEs will be taken from the SRQ.
+            self.pd
+                .device()
+                .events()
+                .push(AsyncEvent::QpLastWqeReached { qpn: self.qpn });
+        }
     }
 
     fn check_sges(&self, sges: &[Sge], needed: AccessFlags) -> Result<(), WrError> {
@@ -496,6 +537,12 @@ impl QueuePair {
         if matches!(state, QpState::Err | QpState::Sqe) {
             self.flush_sq(&mut inner);
         }
+        let wake = self.sync_datapath(&mut inner, true);
+        drop(inner);
+        self.pd.device().datapath().settle_cq_errors();
+        if wake {
+            self.pd.device().datapath().wake();
+        }
         result
     }
 
@@ -545,20 +592,15 @@ impl QueuePair {
         if state == QpState::Err {
             self.flush_rq(&mut inner);
         }
+        drop(inner);
+        self.pd.device().datapath().settle_cq_errors();
         result
     }
 
-    fn flush_sq(&self, inner: &mut QpInner) {
-        for wqe in inner.sq.drain(..) {
-            let opcode = match wqe.wr.op {
-                SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => {
-                    WcOpcode::Send
-                }
-                SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
-                SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
-                SendOp::AtomicCmpAndSwp { .. } => WcOpcode::CompSwap,
-                SendOp::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
-            };
+    pub(crate) fn flush_sq(&self, inner: &mut QpInner) {
+        let sq = std::mem::take(&mut inner.sq);
+        for wqe in sq {
+            let opcode = wc_opcode(&wqe.wr.op);
             let wc = WorkCompletion {
                 wr_id: wqe.wr.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -566,12 +608,22 @@ impl QueuePair {
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.send_cq.push(wc, false);
+            self.push_wc(inner, &self.send_cq, wc, false);
         }
     }
 
     fn flush_rq(&self, inner: &mut QpInner) {
-        for wqe in inner.rq.drain(..) {
+        // The receive WQE of a message in progress is the oldest: flushed first.
+        if let Some(wqe) = inner
+            .rc
+            .resp
+            .take_wqe()
+            .or_else(|| inner.uc.resp.take_wqe())
+        {
+            inner.rq.push_front(wqe);
+        }
+        let rq = std::mem::take(&mut inner.rq);
+        for wqe in rq {
             let wc = WorkCompletion {
                 wr_id: wqe.wr.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -579,11 +631,13 @@ impl QueuePair {
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.recv_cq.push(wc, false);
+            self.push_wc(inner, &self.recv_cq, wc, false);
         }
     }
 
     fn flush_locked(&self, inner: &mut QpInner) {
+        inner.rc.stop_requester();
+        inner.uc.req.pkt = 0;
         self.flush_sq(inner);
         self.flush_rq(inner);
     }
@@ -603,6 +657,17 @@ impl QueuePair {
     /// Runs `f` on the receive queue (the responder's entry point).
     pub fn with_recv_queue<T>(&self, f: impl FnOnce(&mut VecDeque<RecvWqe>) -> T) -> T {
         f(&mut self.inner.lock().rq)
+    }
+}
+
+/// The completion opcode of a send operation (`enum ibv_wc_opcode`).
+pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => WcOpcode::Send,
+        SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        SendOp::AtomicCmpAndSwp { .. } => WcOpcode::CompSwap,
+        SendOp::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
     }
 }
 

@@ -1,0 +1,245 @@
+//! I/O backends: what carries a device's RoCE packets to the network and back.
+//!
+//! A [`Device`] is sans-IO (see [`crate::datapath`]). A backend owns the sockets (or the
+//! simulated fabric), and the [`crate::engine`] moves datagrams and time between them and
+//! the device. Opening a device on a backend is one call, [`Backend::open`]: the backend
+//! learns what it must before the device exists (the active MTU of the interface that owns
+//! the address), creates the device with it, and starts whatever drives it.
+//!
+//! | backend | what | privilege |
+//! | --- | --- | --- |
+//! | [`udp::UdpBackend`] (default) | UDP port 4791 on the device's address, IPv4 or IPv6 | none |
+//! | [`Detached`] | no I/O at all: the device's packets go nowhere (object-model tests) | none |
+//! | the simulator (`crate::sim`, later) | a deterministic in-process fabric | none |
+//!
+//! A backend is a trait object so the simulator's fabric (or a raw-frame backend) can be
+//! plugged into the verbs layer without the verbs layer knowing its type.
+//!
+//! # ICRC on receive ([`IcrcPolicy`])
+//!
+//! The ICRC (IBTA annex A17.3.3) covers the IP header with only TOS/TTL/checksum (IPv4) or
+//! traffic class/flow label/hop limit (IPv6) masked. A UDP socket reports the sender's
+//! address and port but not its IP header, so:
+//!
+//! - **IPv6**: every covered field is known (addresses, payload length, next header, ports,
+//!   UDP length): the ICRC is always verified.
+//! - **IPv4**: the *Identification* field is covered, and a socket never sees it. uroce
+//!   sends ID 0 (unconnected socket, DF set), so a packet from uroce verifies with ID 0.
+//!   Linux rxe sends changing, non-zero IDs, so its packets cannot be verified by a socket
+//!   receiver. Under the default [`IcrcPolicy::VerifyWhenPossible`] a packet that verifies
+//!   with ID 0 is accepted as verified; one that does not is accepted as *unverifiable*
+//!   and counted in the device counter `icrc_unverifiable` — which also means a packet
+//!   corrupted in a way the Ethernet FCS and UDP checksum missed is accepted. That is the
+//!   plain limit of a socket receiver; use [`IcrcPolicy::Strict`] between uroce peers (or
+//!   the raw-frame backend, which sees the IP header) to drop every packet that does not
+//!   verify.
+
+pub mod udp;
+
+use crate::datapath::{RxIcrc, Transmit, Waker};
+use crate::device::{Device, DeviceConfig};
+use crate::limits::DeviceLimits;
+use crate::time::Instant;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use uroce_wire::{IcrcIpFacts, IcrcVerdict};
+
+/// What the receive path does with the ICRC of a datagram from a UDP socket (see the
+/// module docs for why IPv4 cannot always be checked).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IcrcPolicy {
+    /// Drop every packet whose ICRC does not verify (IPv4 assuming ID 0 and DF). Right
+    /// between uroce peers; drops everything Linux rxe sends over IPv4.
+    Strict,
+    /// Verify IPv6 always and IPv4 assuming ID 0; an IPv4 packet that does not verify is
+    /// accepted and counted in `icrc_unverifiable` (so rxe over IPv4 works).
+    #[default]
+    VerifyWhenPossible,
+    /// Verify nothing: every packet is accepted and counted in `icrc_unverifiable`.
+    Off,
+}
+
+impl IcrcPolicy {
+    /// What to tell [`Device::handle_datagram`] about `payload` (the RoCE packet, BTH to
+    /// ICRC) received from `src` on the socket bound to `local`. Computes the ICRC once
+    /// (except under `Off`); never panics.
+    pub fn classify(self, src: SocketAddr, local: SocketAddr, payload: &[u8]) -> RxIcrc {
+        if self == IcrcPolicy::Off {
+            return RxIcrc::Unverifiable;
+        }
+        let facts = IcrcIpFacts::new(src, local);
+        match uroce_wire::parse_udp_payload(payload, &facts) {
+            Ok(IcrcVerdict::Ok) => RxIcrc::Verified(IcrcVerdict::Ok),
+            Ok(bad @ IcrcVerdict::Bad { .. }) => {
+                let v4 = src.ip().to_canonical().is_ipv4();
+                if v4 && self == IcrcPolicy::VerifyWhenPossible {
+                    RxIcrc::Unverifiable
+                } else {
+                    RxIcrc::Verified(bad)
+                }
+            }
+            // Too short or unusable addresses: let the device count it as malformed.
+            Err(_) => RxIcrc::Facts(facts),
+        }
+    }
+}
+
+/// Why a backend could not open a device, or an engine could not start. Each message
+/// names what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Another socket owns the UDP port on this address.
+    #[error(
+        "UDP port {port} on {addr} is already in use: another RoCE stack owns it. \
+         The usual cause is the kernel's rdma_rxe module, which binds 0.0.0.0:{port} and \
+         [::]:{port} as soon as it is loaded (check `ss -ulpn sport = :{port}`; unload it with \
+         `sudo rdma link delete rxe0; sudo modprobe -r rdma_rxe`), or another uroce device on \
+         the same address (give each device its own address, e.g. 127.0.0.1 and 127.0.0.2)"
+    )]
+    PortInUse {
+        /// The address the device was to own.
+        addr: IpAddr,
+        /// The UDP port (4791).
+        port: u16,
+    },
+    /// The address is not configured on any interface of this host.
+    #[error(
+        "cannot bind {addr}: no interface of this host has that address (EADDRNOTAVAIL); \
+         configure it (`ip addr add {addr}/.. dev ..`) or pick one `ip addr` lists \
+         (127.0.0.0/8 always works on Linux loopback)"
+    )]
+    AddressNotLocal {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// The address is not one a device can own (unspecified or multicast).
+    #[error("{addr} is not a unicast address a device can bind to")]
+    BadAddress {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// IPv6 is disabled on this host (or in this network namespace).
+    #[error(
+        "cannot open an IPv6 socket for {addr}: IPv6 is not available here \
+         (net.ipv6.conf.all.disable_ipv6=1, or a kernel without IPv6)"
+    )]
+    NoIpv6 {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid backend configuration: {0}")]
+    Config(&'static str),
+    /// An operating-system call failed.
+    #[error("{op} failed for {addr}: {source}")]
+    Os {
+        /// The call (e.g. `"setsockopt(IP_MTU_DISCOVER)"`).
+        op: &'static str,
+        /// The device address it was for.
+        addr: IpAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl BackendError {
+    /// The errno for the C ABI (`EADDRINUSE`, `EADDRNOTAVAIL`, `EINVAL`, or the OS's).
+    pub fn errno(&self) -> i32 {
+        match self {
+            BackendError::PortInUse { .. } => libc::EADDRINUSE,
+            BackendError::AddressNotLocal { .. } => libc::EADDRNOTAVAIL,
+            BackendError::NoIpv6 { .. } => libc::EAFNOSUPPORT,
+            BackendError::BadAddress { .. } | BackendError::Config(_) => libc::EINVAL,
+            BackendError::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+/// The sans-IO interface an engine drives: what [`Device`] offers in [`crate::datapath`].
+/// A trait so engines and backends can be tested against a scripted endpoint.
+pub trait SansIo: Send + Sync + 'static {
+    /// See [`Device::handle_datagram`].
+    fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc);
+    /// See [`Device::poll_transmit`].
+    fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+    /// See [`Device::poll_timeout`].
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// See [`Device::handle_timeout`].
+    fn handle_timeout(&self, now: Instant);
+    /// See [`Device::set_waker`].
+    fn set_waker(&self, waker: Waker);
+    /// See [`Device::has_pending_transmit`].
+    fn has_pending_transmit(&self) -> bool;
+}
+
+impl SansIo for Device {
+    fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
+        Device::handle_datagram(self, now, src, payload, icrc)
+    }
+    fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        Device::poll_transmit(self, now, buf)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        Device::poll_timeout(self)
+    }
+    fn handle_timeout(&self, now: Instant) {
+        Device::handle_timeout(self, now)
+    }
+    fn set_waker(&self, waker: Waker) {
+        Device::set_waker(self, waker)
+    }
+    fn has_pending_transmit(&self) -> bool {
+        Device::has_pending_transmit(self)
+    }
+}
+
+/// What keeps a device's datapath moving once it is open (an engine thread, or nothing).
+/// Dropping the last handle stops it.
+pub trait Driver: Send + Sync + fmt::Debug {
+    /// Makes what progress is possible now without blocking: receive, fire due timers,
+    /// send. Applications call it (through the verbs layer's poll_cq and post_send) when
+    /// the device was opened in polled mode; a driver with its own thread may do nothing.
+    fn progress(&self);
+    /// True when the driver has its own thread (so `progress` need not be called).
+    fn is_threaded(&self) -> bool;
+}
+
+/// A device just opened on a backend, with what drives it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The device.
+    pub device: Arc<Device>,
+    /// Its driver (`None` for [`Detached`]). Keep it as long as the device is used.
+    pub driver: Option<Arc<dyn Driver>>,
+}
+
+/// Something a device can be opened on (see the module docs).
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// A short name for messages and tools (`"udp"`, `"detached"`, `"sim"`).
+    fn name(&self) -> &'static str;
+
+    /// Opens a device with this configuration and these limits on the backend. The
+    /// backend may adjust the configuration first (the UDP backend sets `port_mtu` from
+    /// the interface MTU).
+    fn open(&self, config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError>;
+}
+
+/// The backend with no I/O: the device is created as configured, and nothing sends its
+/// packets or feeds it any (tests of the object model, and the state before a simulator
+/// attaches itself).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Detached;
+
+impl Backend for Detached {
+    fn name(&self) -> &'static str {
+        "detached"
+    }
+
+    fn open(&self, config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError> {
+        Ok(Opened {
+            device: Device::with_limits(config, limits),
+            driver: None,
+        })
+    }
+}

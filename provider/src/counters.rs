@@ -1,0 +1,179 @@
+//! Transport counters, per device and per QP, in the spirit of rxe's hardware counters
+//! (`/sys/class/infiniband/rxe0/ports/1/hw_counters`).
+//!
+//! Every counter is a plain `u64` count of events since the device (or QP) was created;
+//! nothing is ever reset. A QP's counters are also added into its device's, so the device
+//! total of a counter is at least the sum over its live QPs. Counters that only the
+//! device can see (ICRC drops, malformed or unknown-QPN packets) stay 0 in a QP's copy.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $field:ident => $variant:ident,)*) => {
+        /// Names one counter (an index into [`Counters`]).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Counter {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Counter {
+            /// Every counter, in declaration order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant,)*];
+            /// Number of counters.
+            pub const COUNT: usize = Counter::ALL.len();
+
+            /// The counter's field name in [`Counters`] (also its name in `uroce` output).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => stringify!($field),)*
+                }
+            }
+        }
+
+        /// A snapshot of transport counters (see the module docs). Each field is a count of
+        /// events (packets, bytes, NAKs, ...) since creation.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct Counters {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl Counters {
+            /// The value of counter `c`.
+            pub fn get(&self, c: Counter) -> u64 {
+                match c {
+                    $(Counter::$variant => self.$field,)*
+                }
+            }
+
+            /// Adds `n` to counter `c`.
+            pub fn add(&mut self, c: Counter, n: u64) {
+                match c {
+                    $(Counter::$variant => self.$field = self.$field.wrapping_add(n),)*
+                }
+            }
+
+            /// `(name, value)` of every counter, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                Counter::ALL.iter().map(move |&c| (c.name(), self.get(c)))
+            }
+        }
+    };
+}
+
+counters! {
+    /// RoCE packets handed to the network (retransmissions included).
+    packets_sent => PacketsSent,
+    /// RoCE packets received and accepted for processing (after ICRC and parse checks).
+    packets_received => PacketsReceived,
+    /// RoCE packet bytes sent (BTH to ICRC, UDP payload length).
+    bytes_sent => BytesSent,
+    /// RoCE packet bytes received (BTH to ICRC) of accepted packets.
+    bytes_received => BytesReceived,
+    /// Duplicate requests seen by the responder (PSN before the expected PSN, IBTA §9.7.5.1.2).
+    duplicate_requests => DuplicateRequests,
+    /// NAK "PSN sequence error" sent by the responder (one per gap, IBTA §9.7.5.1.1).
+    seq_err_naks_sent => SeqErrNaksSent,
+    /// NAK "PSN sequence error" received by the requester.
+    seq_err_naks_received => SeqErrNaksReceived,
+    /// RNR NAKs sent (no receive WQE, IBTA §9.7.5.2.8).
+    rnr_naks_sent => RnrNaksSent,
+    /// RNR NAKs received.
+    rnr_naks_received => RnrNaksReceived,
+    /// Other NAKs sent (invalid request, remote access, remote operational error).
+    error_naks_sent => ErrorNaksSent,
+    /// Other NAKs received.
+    error_naks_received => ErrorNaksReceived,
+    /// Request packets sent again (go-back-N after a timeout, a sequence NAK or an RNR wait).
+    retransmits => Retransmits,
+    /// Local ACK timeouts that fired (IBTA §9.7.6.1.3).
+    timeouts => Timeouts,
+    /// Send queues that ran out of `retry_cnt` (completed with `RETRY_EXC_ERR`).
+    retry_exceeded => RetryExceeded,
+    /// Send queues that ran out of `rnr_retry` (completed with `RNR_RETRY_EXC_ERR`).
+    rnr_retry_exceeded => RnrRetryExceeded,
+    /// Datagrams dropped because their ICRC did not match (annex A17.3.3).
+    icrc_drops => IcrcDrops,
+    /// Datagrams accepted without an ICRC check ([`crate::datapath::RxIcrc::Unverifiable`]).
+    icrc_unverifiable => IcrcUnverifiable,
+    /// Datagrams dropped as malformed: bad headers, unknown opcode, payload length against
+    /// the path MTU (IBTA §9.7.7), wrong transport class for the QP.
+    malformed_drops => MalformedDrops,
+    /// Datagrams dropped because no QP has the destination QPN (or it is in RESET or INIT).
+    unknown_qpn_drops => UnknownQpnDrops,
+    /// Packets dropped because the QP is in the error state or the packet came from another
+    /// peer than the QP's destination.
+    state_drops => StateDrops,
+    /// Acknowledge packets sent (ACKs and NAKs; not READ responses or atomic ACKs).
+    acks_sent => AcksSent,
+    /// Acknowledge packets received (ACKs and NAKs).
+    acks_received => AcksReceived,
+    /// READ response packets sent (retransmitted ones included).
+    read_responses_sent => ReadResponsesSent,
+    /// ATOMIC Acknowledge packets sent (replays included).
+    atomic_acks_sent => AtomicAcksSent,
+    /// Work completions written to CQs (both queues, errors and flushes included).
+    completions => Completions,
+    /// UD packets dropped because their DETH Q_Key is not the QP's (IBTA §9.6 header
+    /// validation and §9.8: a Q_Key mismatch is dropped silently).
+    qkey_drops => QkeyDrops,
+    /// Packets dropped because their BTH P_Key does not match the port's (IBTA §9.6 header validation).
+    pkey_drops => PkeyDrops,
+    /// UD and UC messages dropped because they were longer than the receive WQE's buffers
+    /// (the QP stays usable; for UD the 40 GRH bytes count).
+    recv_len_drops => RecvLenDrops,
+    /// UD and UC messages dropped because no receive WQE was posted (these services have
+    /// no RNR NAK, IBTA §9.7 and §9.8).
+    no_recv_wqe_drops => NoRecvWqeDrops,
+    /// UC packets dropped while the responder waits for the next First or Only packet
+    /// (after a PSN gap or an abandoned message: the UC responder rules of IBTA §9.7).
+    uc_resync_drops => UcResyncDrops,
+    /// UC partial messages abandoned (a PSN gap, an opcode sequence, length or R_Key error).
+    uc_aborted_messages => UcAbortedMessages,
+}
+
+/// A device's counters (see [`Counters`]).
+pub type DeviceCounters = Counters;
+/// A QP's counters (see [`Counters`]).
+pub type QpCounters = Counters;
+
+/// Counters a device updates from many threads without a lock.
+#[derive(Debug)]
+pub(crate) struct AtomicCounters([AtomicU64; Counter::COUNT]);
+
+impl Default for AtomicCounters {
+    fn default() -> Self {
+        AtomicCounters(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl AtomicCounters {
+    pub(crate) fn add(&self, c: Counter, n: u64) {
+        self.0[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Counters {
+        let mut out = Counters::default();
+        for &c in Counter::ALL {
+            out.add(c, self.0[c as usize].load(Ordering::Relaxed));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_get_and_names() {
+        let a = AtomicCounters::default();
+        a.add(Counter::RnrNaksSent, 2);
+        a.add(Counter::PacketsSent, 1);
+        let s = a.snapshot();
+        assert_eq!(s.rnr_naks_sent, 2);
+        assert_eq!(s.get(Counter::PacketsSent), 1);
+        assert_eq!(Counter::IcrcDrops.name(), "icrc_drops");
+        assert_eq!(s.iter().count(), Counter::COUNT);
+    }
+}

@@ -1,0 +1,418 @@
+//! The device-level datapath: how packets and time get into a device and out of it.
+//!
+//! # Model
+//!
+//! A [`Device`] is a sans-IO state machine, like each of its queue pairs. Whoever drives
+//! it (the UDP engine thread, the raw-frame backend, or the deterministic simulator) owns
+//! the sockets and the clock, and calls, in any interleaving, from one or more threads:
+//!
+//! - [`Device::handle_datagram`] for every UDP datagram received on port 4791 (the payload
+//!   is the RoCE packet, BTH to ICRC);
+//! - [`Device::poll_transmit`] until it returns `None`, sending each [`Transmit`] as one UDP
+//!   datagram to `(dst, 4791)` from UDP source port `src_port`;
+//! - [`Device::poll_timeout`] to learn when to call [`Device::handle_timeout`] next (then
+//!   [`Device::poll_transmit`] again: timers produce retransmissions);
+//! - the verbs (`post_send`, `post_recv`, `modify_qp`) from application threads. When one
+//!   of them gives a QP something to send, the device calls the waker installed with
+//!   [`Device::set_waker`]; [`Device::has_pending_transmit`] says the same thing by polling.
+//!
+//! Time is always an argument ([`Instant`]); the device never reads a clock.
+//!
+//! # Ports
+//!
+//! The destination UDP port is always 4791 (IBTA annex A17.2.1). The source port is
+//! per-QP entropy for ECMP (annex A17.2.3 lets the sender pick it): uroce uses rxe's
+//! choice, `0xC000 | h` with `h` the 14-bit Fibonacci hash of the QPN,
+//! `(qpn * 0x61C8_8647) >> 18` on 32 bits ([`qp_src_port`]), so the same QPN gets the same
+//! port as on Linux.
+//!
+//! # ICRC policy
+//!
+//! Outgoing packets get their ICRC computed over the IP and UDP headers the socket will
+//! write (IPv4 identification 0, DF set; see [`uroce_wire::IcrcIpFacts`]). Incoming
+//! packets come with an [`RxIcrc`] saying what is known: a verified frame, the facts to
+//! verify it here, or nothing (counted in `icrc_unverifiable`, accepted). A bad ICRC is
+//! dropped and counted in `icrc_drops` (annex A17.3.3: a packet with a bad ICRC is
+//! silently dropped).
+//!
+//! # Dispatch
+//!
+//! The BTH's destination QPN selects the QP in a hash table. Packets to an unknown QPN,
+//! or to a QP in RESET or INIT, are dropped (`unknown_qpn_drops`); in ERR they are dropped
+//! (`state_drops`). A request opcode goes to the QP's responder, a response or ACK to its
+//! completer (IBTA §9.7: one rule, from the opcode table).
+
+use crate::counters::{AtomicCounters, Counter, DeviceCounters};
+use crate::device::Device;
+use crate::qp::QueuePair;
+use crate::time::Instant;
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Weak};
+use uroce_wire::{ExtHeader, IcrcIpFacts, IcrcVerdict, InvariantHeaders, RocePacket, ICRC_LEN};
+
+/// How the receiver treats the ICRC of a datagram handed to [`Device::handle_datagram`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RxIcrc {
+    /// The caller already verified the whole frame (raw-frame backend).
+    Verified(IcrcVerdict),
+    /// Verify here from what the socket/simulator reports (exact for the simulator and IPv6;
+    /// for IPv4 it assumes the sender used IP ID 0).
+    Facts(IcrcIpFacts),
+    /// Not verifiable (IPv4 from a sender with non-zero IP IDs, e.g. rxe over a UDP socket):
+    /// accepted and counted.
+    Unverifiable,
+}
+
+/// One datagram the device wants sent: the RoCE packet (BTH .. ICRC, ICRC filled in by the
+/// device) is in `buf[..len]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    /// Destination IP address (UDP destination port is always 4791).
+    pub dst: IpAddr,
+    /// UDP source port ([`qp_src_port`] of the sending QP).
+    pub src_port: u16,
+    /// Length of the RoCE packet in bytes (the UDP payload length).
+    pub len: usize,
+}
+
+/// Largest RoCE packet the device writes, in bytes: BTH (12) + the largest extended headers
+/// of a packet with payload (RETH + ImmDt, 20: RDMA WRITE Only with Immediate) + a 4096-byte
+/// payload (the largest path MTU; no pad at 4096) + ICRC (4) = 4132.
+pub const MAX_ROCE_PACKET_LEN: usize = uroce_wire::opcode::BTH_LEN
+    + ExtHeader::Reth.wire_len()
+    + ExtHeader::ImmDt.wire_len()
+    + 4096
+    + ICRC_LEN;
+
+/// The UDP source port of QP `qpn` (see the module docs): `0xC000 | ((qpn * 0x61C88647) >> 18)`.
+pub const fn qp_src_port(qpn: u32) -> u16 {
+    0xC000 | ((qpn.wrapping_mul(0x61C8_8647) >> 18) as u16 & 0x3fff)
+}
+
+/// A callback the device calls when it gets something to send outside a datapath call
+/// (a post_send made a QP ready).
+pub type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// Which way a datagram seen by a [`Tap`] went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapDirection {
+    /// Handed to [`Device::handle_datagram`] (before any check).
+    Received,
+    /// Returned by [`Device::poll_transmit`].
+    Sent,
+}
+
+/// A capture hook ([`Device::set_tap`]): called with the direction, the peer's and the
+/// local socket address (IP, UDP port) and the RoCE packet (BTH .. ICRC) of every datagram
+/// the device receives or sends. It runs on the datapath: it must be quick and not block.
+pub type Tap = Arc<dyn Fn(TapDirection, SocketAddr, SocketAddr, &[u8]) + Send + Sync>;
+
+#[derive(Default)]
+struct Sched {
+    /// QPNs with something to send, in the order they became ready (round robin).
+    ready: VecDeque<u32>,
+    /// The QPNs in `ready`, so a QP is queued once.
+    queued: HashSet<u32>,
+    /// (deadline, QPN) of every QP with a timer running.
+    timers: BTreeSet<(Instant, u32)>,
+    /// The deadline each QP registered in `timers`.
+    deadline: HashMap<u32, Instant>,
+}
+
+/// The datapath state a device holds: its QP table, the ready list, the timer wheel, the
+/// counters and the waker.
+#[derive(Default)]
+pub(crate) struct Datapath {
+    qps: Mutex<HashMap<u32, Weak<QueuePair>>>,
+    sched: Mutex<Sched>,
+    pub(crate) counters: AtomicCounters,
+    waker: Mutex<Option<Waker>>,
+    /// The capture hook, if any ([`Device::set_tap`]); `has_tap` spares the lock when none.
+    tap: Mutex<Option<Tap>>,
+    has_tap: std::sync::atomic::AtomicBool,
+    /// CQs that overflowed since the last [`Datapath::settle_cq_errors`].
+    cq_errors: Mutex<HashSet<u32>>,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("qps", &self.qps.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Datapath {
+    pub(crate) fn register(&self, qp: &Arc<QueuePair>) {
+        self.qps.lock().insert(qp.qpn(), Arc::downgrade(qp));
+    }
+
+    pub(crate) fn unregister(&self, qpn: u32) {
+        self.qps.lock().remove(&qpn);
+        let mut s = self.sched.lock();
+        if s.queued.remove(&qpn) {
+            s.ready.retain(|&q| q != qpn);
+        }
+        if let Some(d) = s.deadline.remove(&qpn) {
+            s.timers.remove(&(d, qpn));
+        }
+    }
+
+    fn lookup(&self, qpn: u32) -> Option<Arc<QueuePair>> {
+        self.qps.lock().get(&qpn).and_then(Weak::upgrade)
+    }
+
+    /// Marks `qpn` as having something to send; `wake` calls the waker when it was not
+    /// already marked. Returns true when it was not already marked.
+    pub(crate) fn mark_ready(&self, qpn: u32, wake: bool) -> bool {
+        let newly = {
+            let mut s = self.sched.lock();
+            if s.queued.insert(qpn) {
+                s.ready.push_back(qpn);
+                true
+            } else {
+                false
+            }
+        };
+        if newly && wake {
+            self.wake();
+        }
+        newly
+    }
+
+    /// Calls the waker, if one is installed (never with a QP lock held).
+    pub(crate) fn wake(&self) {
+        let w = self.waker.lock().clone();
+        if let Some(w) = w {
+            w();
+        }
+    }
+
+    /// Records the next deadline of `qpn` (`None`: no timer running).
+    pub(crate) fn set_deadline(&self, qpn: u32, at: Option<Instant>) {
+        let mut s = self.sched.lock();
+        let old = s.deadline.get(&qpn).copied();
+        if old == at {
+            return;
+        }
+        if let Some(d) = old {
+            s.timers.remove(&(d, qpn));
+            s.deadline.remove(&qpn);
+        }
+        if let Some(d) = at {
+            s.timers.insert((d, qpn));
+            s.deadline.insert(qpn, d);
+        }
+    }
+
+    pub(crate) fn count(&self, c: Counter, n: u64) {
+        self.counters.add(c, n);
+    }
+
+    /// Notes that CQ `cq` lost a completion (it overflowed); called with a QP lock held,
+    /// so the QPs are moved to ERR later, by [`Datapath::settle_cq_errors`].
+    pub(crate) fn note_cq_error(&self, cq: u32) {
+        self.cq_errors.lock().insert(cq);
+    }
+
+    /// IBTA §11.6.3.3 (CQ error, an unaffiliated-with-QP catastrophic event for the CQ):
+    /// once a CQ has overflowed, every QP that completes into it goes to ERR, flushing its
+    /// work requests (into its other CQ, if it has one; what goes to the broken CQ is
+    /// lost). Called with no QP lock held, at the end of every datapath entry point and
+    /// of the verbs that write completions.
+    pub(crate) fn settle_cq_errors(&self) {
+        let cqs = {
+            let mut e = self.cq_errors.lock();
+            if e.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *e)
+        };
+        let qps: Vec<Arc<QueuePair>> = self
+            .qps
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|qp| cqs.contains(&qp.send_cq().id()) || cqs.contains(&qp.recv_cq().id()))
+            .collect();
+        for qp in qps {
+            qp.cq_error();
+        }
+    }
+}
+
+impl Device {
+    /// Feeds one received UDP datagram payload (the RoCE packet, BTH to ICRC) from `src`
+    /// (IP address, UDP source port). Never panics on any input: bad packets are dropped
+    /// and counted (see the module docs).
+    pub fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
+        let dp = &self.dp;
+        self.tap(TapDirection::Received, src, None, payload);
+        let verdict = match icrc {
+            RxIcrc::Verified(v) => Some(v),
+            RxIcrc::Facts(facts) => match InvariantHeaders::from_facts(&facts, payload.len())
+                .and_then(|h| uroce_wire::icrc::verify(&h, payload))
+            {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    dp.count(Counter::MalformedDrops, 1);
+                    return;
+                }
+            },
+            RxIcrc::Unverifiable => None,
+        };
+        match verdict {
+            Some(IcrcVerdict::Ok) => {}
+            Some(IcrcVerdict::Bad { .. }) => {
+                dp.count(Counter::IcrcDrops, 1);
+                return;
+            }
+            None => dp.count(Counter::IcrcUnverifiable, 1),
+        }
+        let pkt = match RocePacket::new_checked(payload) {
+            Ok(p) => p,
+            Err(_) => {
+                dp.count(Counter::MalformedDrops, 1);
+                return;
+            }
+        };
+        let qpn = pkt.bth().dest_qpn();
+        let Some(qp) = dp.lookup(qpn) else {
+            dp.count(Counter::UnknownQpnDrops, 1);
+            return;
+        };
+        qp.handle_packet(now, src, &pkt);
+        dp.settle_cq_errors();
+    }
+
+    /// Writes the next packet to send into `buf` (at least [`MAX_ROCE_PACKET_LEN`] bytes;
+    /// a shorter buffer yields `None`). QPs with something to send are served round robin,
+    /// one packet each.
+    pub fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < MAX_ROCE_PACKET_LEN {
+            return None;
+        }
+        loop {
+            let qpn = {
+                let mut s = self.dp.sched.lock();
+                let q = s.ready.pop_front()?;
+                s.queued.remove(&q);
+                q
+            };
+            let Some(qp) = self.dp.lookup(qpn) else {
+                continue;
+            };
+            let (out, more) = qp.poll_transmit(now, buf);
+            self.dp.settle_cq_errors();
+            // A QP that produced nothing leaves the ready list even if it claims more:
+            // an event (packet, timer, verb) puts it back, so this loop always ends.
+            if let Some(t) = out {
+                let peer = SocketAddr::new(t.dst, uroce_wire::ROCEV2_PORT);
+                self.tap(TapDirection::Sent, peer, Some(t.src_port), &buf[..t.len]);
+                if more {
+                    self.dp.mark_ready(qpn, false);
+                }
+                return Some(t);
+            }
+        }
+    }
+
+    /// True when [`Device::poll_transmit`] may have a packet to give.
+    pub fn has_pending_transmit(&self) -> bool {
+        !self.dp.sched.lock().ready.is_empty()
+    }
+
+    /// Installs the callback called when a verb (post_send, post_recv, modify_qp) gives the
+    /// device something to send (see the module docs). It is called without device locks
+    /// held, and must not block.
+    pub fn set_waker(&self, waker: Waker) {
+        *self.dp.waker.lock() = Some(waker);
+    }
+
+    /// Installs (or with `None` removes) the capture hook called for every datagram
+    /// received and sent (see [`Tap`]); used by `uroce --pcap`.
+    pub fn set_tap(&self, tap: Option<Tap>) {
+        let mut t = self.dp.tap.lock();
+        self.dp
+            .has_tap
+            .store(tap.is_some(), std::sync::atomic::Ordering::Release);
+        *t = tap;
+    }
+
+    /// Calls the tap: the local address is (device address, `src_port`, else 4791).
+    fn tap(&self, dir: TapDirection, peer: SocketAddr, src_port: Option<u16>, pkt: &[u8]) {
+        if !self.dp.has_tap.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        let tap = self.dp.tap.lock().clone();
+        if let Some(tap) = tap {
+            let port = src_port.unwrap_or(uroce_wire::ROCEV2_PORT);
+            tap(dir, peer, SocketAddr::new(self.config().addr, port), pkt);
+        }
+    }
+
+    /// The earliest deadline of any timer on the device (retransmit, RNR wait, ACK
+    /// coalescing), or `None` when no timer runs.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.dp.sched.lock().timers.first().map(|&(d, _)| d)
+    }
+
+    /// Fires every timer due at `now` (deadline <= `now`).
+    pub fn handle_timeout(&self, now: Instant) {
+        loop {
+            let qpn = {
+                let mut s = self.dp.sched.lock();
+                match s.timers.first().copied() {
+                    Some((d, q)) if d <= now => {
+                        s.timers.remove(&(d, q));
+                        s.deadline.remove(&q);
+                        q
+                    }
+                    _ => return,
+                }
+            };
+            if let Some(qp) = self.dp.lookup(qpn) {
+                qp.handle_timeout(now);
+                self.dp.settle_cq_errors();
+            }
+        }
+    }
+
+    /// Device counters (like rxe's hw counters): the sum of every QP's, plus the drops
+    /// that happen before a QP is found.
+    pub fn counters(&self) -> DeviceCounters {
+        self.dp.counters.snapshot()
+    }
+
+    pub(crate) fn datapath(&self) -> &Datapath {
+        &self.dp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uroce_wire::OPCODES;
+
+    #[test]
+    fn max_packet_len_covers_every_opcode() {
+        let max = OPCODES
+            .iter()
+            .map(|i| i.header_len() + if i.has_payload { 4096 } else { 0 } + ICRC_LEN)
+            .max()
+            .unwrap();
+        assert_eq!(MAX_ROCE_PACKET_LEN, max);
+        assert_eq!(MAX_ROCE_PACKET_LEN, 4132);
+    }
+
+    #[test]
+    fn src_port_is_rxe_style() {
+        for qpn in [0u32, 1, 17, 0xff_ffff] {
+            let p = qp_src_port(qpn);
+            assert_eq!(p & 0xC000, 0xC000);
+        }
+        assert_eq!(qp_src_port(0), 0xC000);
+    }
+}

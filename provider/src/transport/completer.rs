@@ -1,0 +1,367 @@
+//! The completer (IBTA vol. 1 §9.7.5.1 and §9.7.6 on the requesting side): reads ACKs,
+//! NAKs, READ responses and ATOMIC Acknowledges, writes READ and atomic results into the
+//! local buffers, and tells the QP what to do as typed [`Action`]s. It never writes the
+//! requester's fields other than the per-WQE progress it owns (`done_pkts`) and the
+//! popping of completed WQEs.
+
+use super::packet::{scatter, SgeError};
+use super::requester::{Kind, Requester};
+use crate::counters::Counter;
+use crate::device::Device;
+use crate::pd::PdId;
+use crate::wc::WcStatus;
+use crate::wr::SendWqe;
+use std::collections::VecDeque;
+use std::time::Duration;
+use uroce_wire::{rnr_timer_duration, AethSyndrome, Mtu, NakCode, Operation, Psn, RoceRepr};
+
+/// What the completer asks the QP to do, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// The oldest WQE of the send queue completed successfully (IBTA §9.7.5.1.5: in SQ
+    /// order); its completion is written when it is signaled.
+    Complete,
+    /// Send again from this PSN (go-back-N).
+    RetryFrom(Psn),
+    /// RNR NAK: send nothing for `wait`, then send again from `psn` (IBTA §9.7.5.2.8).
+    RnrWait {
+        /// The PSN to resend from.
+        psn: Psn,
+        /// How long to wait (the NAK's timer code, table 45).
+        wait: Duration,
+    },
+    /// The oldest WQE completes with this status and the QP goes to ERR (IBTA §9.9.3.1).
+    Fatal(WcStatus),
+}
+
+/// What the completer needs to know about its QP.
+#[derive(Clone, Copy)]
+pub(crate) struct CompCtx<'a> {
+    pub dev: &'a Device,
+    pub pd: PdId,
+    pub mtu: Mtu,
+    /// `retry_cnt` (0..=7; 7 is seven retries, IBTA §9.7.6.1.3 C9-141 counts them).
+    pub retry_cnt: u8,
+    /// `rnr_retry` (0..=7; 7 means retry forever, IBTA §9.7.5.2.8).
+    pub rnr_retry: u8,
+}
+
+/// The completer's state: the retry budgets and the one-retry-per-gap guard.
+#[derive(Debug, Default)]
+pub(crate) struct Completer {
+    /// Transport retries left before `RETRY_EXC_ERR`.
+    pub retry_left: u8,
+    /// RNR retries left before `RNR_RETRY_EXC_ERR` (unused when `rnr_retry` is 7).
+    pub rnr_left: u8,
+    /// The PSN of the last go-back-N not yet followed by progress: another request to go
+    /// back to the same PSN is the same gap, and is not retried (or counted) twice.
+    retried_from: Option<Psn>,
+    /// `req.popped` when the current packet's processing began (see [`Completer::front`]).
+    popped_at_entry: u64,
+}
+
+/// The result of processing one response packet.
+pub(crate) struct CompOut<'a> {
+    /// Where the actions go (the QP's reusable buffer).
+    pub actions: &'a mut Vec<Action>,
+    /// Counters to add to.
+    pub count: &'a mut dyn FnMut(Counter),
+    /// Set when the packet made progress (the retransmit timer restarts).
+    pub progress: bool,
+}
+
+impl Completer {
+    /// A completer with full budgets.
+    pub fn new(retry_cnt: u8, rnr_retry: u8) -> Completer {
+        Completer {
+            retry_left: retry_cnt,
+            rnr_left: rnr_retry,
+            retried_from: None,
+            popped_at_entry: 0,
+        }
+    }
+
+    /// The send WQE of `req.started[0]`: the WQEs completed while processing this packet
+    /// are still at the front of `sq` until the QP applies the `Complete` actions.
+    fn front<'q>(&self, req: &Requester, sq: &'q VecDeque<SendWqe>) -> Option<&'q SendWqe> {
+        sq.get((req.popped - self.popped_at_entry) as usize)
+    }
+
+    fn on_progress(&mut self, ctx: &CompCtx<'_>, out: &mut CompOut<'_>) {
+        // IBTA §9.7.6.1.3: the retry counter counts consecutive retries of the same
+        // packets; progress gives the whole budget back (as rxe does).
+        self.retry_left = ctx.retry_cnt;
+        self.rnr_left = ctx.rnr_retry;
+        self.retried_from = None;
+        out.progress = true;
+    }
+
+    /// Go-back-N from `psn`, counted against `retry_cnt` (C9-141: `retry_cnt` 7 means 7
+    /// retries, unlike `rnr_retry`). Once per gap.
+    fn retry(&mut self, psn: Psn, out: &mut CompOut<'_>) {
+        if self.retried_from == Some(psn) {
+            return;
+        }
+        if self.retry_left == 0 {
+            (out.count)(Counter::RetryExceeded);
+            out.actions.push(Action::Fatal(WcStatus::RetryExcErr));
+            return;
+        }
+        self.retry_left -= 1;
+        self.retried_from = Some(psn);
+        out.actions.push(Action::RetryFrom(psn));
+    }
+
+    /// The local ACK timer fired with requests outstanding: go back to the oldest
+    /// unacknowledged PSN (IBTA §9.7.6.1.3).
+    pub fn on_timeout(&mut self, req: &Requester, out: &mut CompOut<'_>) {
+        if !req.outstanding() {
+            return;
+        }
+        (out.count)(Counter::Timeouts);
+        // A timeout is a new attempt even from the same PSN.
+        self.retried_from = None;
+        self.retry(req.una(), out);
+    }
+
+    /// Completes every WQE whose PSNs all lie before `through` (exclusive) — the implicit
+    /// acknowledgement of IBTA §9.7.5.1.5 — and marks SEND/WRITE packets before `through`
+    /// as acknowledged. A READ or atomic reached this way without its response lost it:
+    /// go back to it. Returns false when an action other than `Complete` was pushed.
+    fn ack_before(
+        &mut self,
+        ctx: &CompCtx<'_>,
+        req: &mut Requester,
+        through: Psn,
+        out: &mut CompOut<'_>,
+    ) -> bool {
+        while let Some(w) = req.started.front_mut() {
+            let d = w.first_psn.distance(through);
+            if d <= 0 {
+                break;
+            }
+            let covered = (d as u32).min(w.npkts);
+            match w.kind {
+                Kind::Send | Kind::Write => {
+                    if covered > w.done_pkts {
+                        w.done_pkts = covered;
+                        self.on_progress(ctx, out);
+                    }
+                }
+                Kind::Read | Kind::Atomic => {
+                    if covered > w.done_pkts {
+                        // The responder went past it, so its response was lost.
+                        let psn = w.first_psn.wrapping_add(w.done_pkts);
+                        self.retry(psn, out);
+                        return false;
+                    }
+                }
+            }
+            if !w.is_done() {
+                break;
+            }
+            req.pop_front();
+            out.actions.push(Action::Complete);
+        }
+        // A WQE with a local error at the front now completes with it.
+        if let Some(status) = req.started.front().and_then(|w| w.error) {
+            out.actions.push(Action::Fatal(status));
+            return false;
+        }
+        true
+    }
+
+    /// Handles one response packet (`repr`, with `payload`) for the QP whose requester is
+    /// `req` and send queue `sq`.
+    pub fn handle(
+        &mut self,
+        ctx: &CompCtx<'_>,
+        req: &mut Requester,
+        sq: &VecDeque<SendWqe>,
+        repr: &RoceRepr,
+        payload: &[u8],
+        out: &mut CompOut<'_>,
+    ) {
+        let psn = repr.bth.psn;
+        self.popped_at_entry = req.popped;
+        let una = req.una();
+        // Only PSNs in [una - 1, next_psn) can mean anything; older ones are stale
+        // duplicates, later ones were never sent (IBTA §9.7.5.1.1 on the requester side).
+        let in_window = |p: Psn| {
+            let d = una.distance(p);
+            d >= -1 && p.is_before(req.next_psn)
+        };
+        let Some(info) = repr.info() else { return };
+        let Some(aeth) = repr.aeth else {
+            // READ response Middle: no AETH.
+            if info.operation == Operation::RdmaReadResponse && in_window(psn) {
+                self.read_response(ctx, req, sq, repr, payload, out);
+            }
+            return;
+        };
+        if matches!(info.operation, Operation::Acknowledge) {
+            (out.count)(Counter::AcksReceived);
+        }
+        if !in_window(psn) {
+            return;
+        }
+        match info.operation {
+            Operation::Acknowledge => match aeth.syndrome {
+                AethSyndrome::Ack { .. } => {
+                    if req.rnr_wait {
+                        return;
+                    }
+                    self.ack_before(ctx, req, psn.next(), out);
+                }
+                AethSyndrome::RnrNak { timer } => {
+                    (out.count)(Counter::RnrNaksReceived);
+                    if req.rnr_wait || !self.ack_before(ctx, req, psn, out) {
+                        return;
+                    }
+                    // IBTA §9.7.5.2.8: rnr_retry 7 means infinite; otherwise count down.
+                    if ctx.rnr_retry != 7 {
+                        if self.rnr_left == 0 {
+                            (out.count)(Counter::RnrRetryExceeded);
+                            out.actions.push(Action::Fatal(WcStatus::RnrRetryExcErr));
+                            return;
+                        }
+                        self.rnr_left -= 1;
+                    }
+                    out.actions.push(Action::RnrWait {
+                        psn,
+                        wait: rnr_timer_duration(timer),
+                    });
+                }
+                AethSyndrome::Nak(code) => {
+                    if code == NakCode::PsnSequenceError {
+                        (out.count)(Counter::SeqErrNaksReceived);
+                    } else {
+                        (out.count)(Counter::ErrorNaksReceived);
+                    }
+                    if req.rnr_wait || !self.ack_before(ctx, req, psn, out) {
+                        return;
+                    }
+                    let status = match code {
+                        // IBTA §9.7.5.2.? (sequence error): resend from the NAK's PSN.
+                        NakCode::PsnSequenceError => {
+                            self.retry(psn, out);
+                            return;
+                        }
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                    };
+                    out.actions.push(Action::Fatal(status));
+                }
+            },
+            Operation::RdmaReadResponse => self.read_response(ctx, req, sq, repr, payload, out),
+            Operation::AtomicAcknowledge => {
+                let Some(ack) = repr.atomic_ack_eth else {
+                    return;
+                };
+                if !self.ack_before(ctx, req, psn, out) {
+                    return;
+                }
+                let Some(wqe) = self.front(req, sq) else {
+                    return;
+                };
+                let Some(w) = req.started.front_mut() else {
+                    return;
+                };
+                if w.kind != Kind::Atomic || w.first_psn != psn || w.is_done() {
+                    return;
+                }
+                // IBTA §9.4.5: the original remote value lands in the local 8-byte buffer,
+                // in host byte order as the verbs API reports it.
+                let bytes = ack.orig_remote_data.to_ne_bytes();
+                if let Err(e) = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, &bytes) {
+                    out.actions.push(Action::Fatal(sge_status(e)));
+                    return;
+                }
+                w.done_pkts = 1;
+                self.on_progress(ctx, out);
+                req.pop_front();
+                out.actions.push(Action::Complete);
+            }
+            _ => {}
+        }
+    }
+
+    fn read_response(
+        &mut self,
+        ctx: &CompCtx<'_>,
+        req: &mut Requester,
+        sq: &VecDeque<SendWqe>,
+        repr: &RoceRepr,
+        payload: &[u8],
+        out: &mut CompOut<'_>,
+    ) {
+        let psn = repr.bth.psn;
+        // Implicit acknowledgement of everything before the READ (IBTA §9.7.5.1.5).
+        let Some(i) = req.started.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        if req.started[i].kind != Kind::Read {
+            return;
+        }
+        let first = req.started[i].first_psn;
+        if !self.ack_before(ctx, req, first, out) {
+            return;
+        }
+        let Some(wqe) = self.front(req, sq) else {
+            return;
+        };
+        let Some(w) = req.started.front_mut() else {
+            return;
+        };
+        if w.first_psn != first || w.kind != Kind::Read {
+            return;
+        }
+        let expected = w.first_psn.wrapping_add(w.done_pkts);
+        let d = expected.distance(psn);
+        if d < 0 {
+            return; // a duplicate of a packet already placed
+        }
+        if d > 0 {
+            // A gap in the response stream: ask again from the first missing packet.
+            self.retry(expected, out);
+            return;
+        }
+        let mtu = ctx.mtu.bytes() as u32;
+        let k = w.done_pkts;
+        let off = k * mtu;
+        let last = k + 1 == w.npkts;
+        let want = if last { w.len - off } else { mtu };
+        let ends = repr.info().is_some_and(|i| i.ends_message());
+        if payload.len() as u32 != want || ends != last {
+            // A response that does not fit the request (IBTA §9.7.5.1.4 / C9-?): the
+            // responder and requester disagree about the READ.
+            out.actions
+                .push(Action::Fatal(if payload.len() as u32 > want {
+                    WcStatus::LocLenErr
+                } else {
+                    WcStatus::BadRespErr
+                }));
+            return;
+        }
+        if let Err(e) = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, off.into(), payload) {
+            out.actions.push(Action::Fatal(sge_status(e)));
+            return;
+        }
+        w.done_pkts += 1;
+        self.on_progress(ctx, out);
+        if w.is_done() {
+            req.pop_front();
+            out.actions.push(Action::Complete);
+        }
+    }
+}
+
+/// The completion status of a local scatter failure (IBTA §11.4.2.1).
+fn sge_status(e: SgeError) -> WcStatus {
+    match e {
+        SgeError::TooLong => WcStatus::LocLenErr,
+        SgeError::Fault(_) => WcStatus::LocProtErr,
+    }
+}

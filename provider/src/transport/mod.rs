@@ -1,0 +1,777 @@
+//! The sans-IO RC transport (IBTA vol. 1 ch. 9, reliable connection service).
+//!
+//! One [`RcTransport`] lives inside each QP, under the QP's lock. It is made of four
+//! parts with typed hand-offs between them:
+//!
+//! - the [`requester`] turns send WQEs into request packets (segmentation by path MTU,
+//!   PSN assignment, AckReq placement, `max_rd_atomic`, fence) and resends from a PSN;
+//! - the [`completer`] reads ACKs, NAKs and responses and returns typed
+//!   [`completer::Action`]s (`Complete`, `RetryFrom`, `RnrWait`, `Fatal`) that the QP
+//!   applies;
+//! - the [`responder`] checks and executes incoming requests and queues their ACKs,
+//!   NAKs, READ responses and ATOMIC Acknowledges; its failures are one
+//!   [`responder::RespError`] table;
+//! - the [`timers`] table (retransmit, RNR wait); the QP's deadline is its minimum.
+//!
+//! It reads no clock and no socket: the device feeds it packets and the time
+//! ([`crate::datapath`]), and asks it for packets to send.
+//!
+//! UC and UD QPs take their own branches ([`uc`], [`ud`]) of the same entry points:
+//! [`QueuePair`]'s `handle_packet`, `poll_transmit` and `handle_timeout` dispatch on the
+//! QP type, after the checks every service shares (state, transport class of the opcode,
+//! header layout, P_Key).
+
+pub mod completer;
+mod packet;
+pub mod requester;
+pub mod responder;
+pub mod timers;
+pub mod uc;
+pub mod ud;
+
+#[cfg(test)]
+mod tests;
+
+use crate::counters::{Counter, Counters, QpCounters};
+use crate::cq::CompletionQueue;
+use crate::datapath::{qp_src_port, Transmit};
+use crate::mr::AccessFlags;
+use crate::qp::attr::QpAttr;
+use crate::qp::state::{QpAttrMask, QpState, QpType};
+use crate::qp::{wc_opcode, QpInner, QueuePair};
+use crate::time::{ack_timeout, Instant};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use completer::{Action, CompCtx, CompOut, Completer};
+use packet::Route;
+use requester::{ReqCtx, ReqOut, Requester};
+use responder::{RespAction, RespCtx, Responder};
+use std::net::SocketAddr;
+use timers::{Timer, Timers};
+use uroce_wire::{check_payload_len, Psn, RocePacket, RoceRepr, TransportClass};
+
+/// The RC transport state of one QP (see the module docs).
+#[derive(Debug)]
+pub struct RcTransport {
+    pub(crate) req: Requester,
+    pub(crate) comp: Completer,
+    pub(crate) resp: Responder,
+    pub(crate) timers: Timers,
+    pub(crate) counters: QpCounters,
+    /// `COMM_EST` was raised (IBTA §11.6.3.1: once, at the first packet in RTR).
+    comm_est: bool,
+    /// Where to resume when the RNR timer fires.
+    rnr_psn: Psn,
+    /// Reused action buffers (no allocation per packet once warm).
+    actions: Vec<Action>,
+    resp_actions: Vec<RespAction>,
+}
+
+impl Default for RcTransport {
+    fn default() -> Self {
+        RcTransport {
+            req: Requester::new(Psn::new(0)),
+            comp: Completer::default(),
+            resp: Responder::new(Psn::new(0)),
+            timers: Timers::default(),
+            counters: QpCounters::default(),
+            comm_est: false,
+            rnr_psn: Psn::new(0),
+            actions: Vec::new(),
+            resp_actions: Vec::new(),
+        }
+    }
+}
+
+impl RcTransport {
+    /// Applies the attributes `modify_qp` just set: `RQ_PSN` (re)starts the responder,
+    /// `SQ_PSN` the requester, the retry counts the completer's budgets.
+    pub(crate) fn on_modify(&mut self, attr: &QpAttr, mask: QpAttrMask) {
+        if mask.contains(QpAttrMask::RQ_PSN) {
+            self.resp = Responder::new(Psn::new(attr.rq_psn));
+        }
+        if mask.contains(QpAttrMask::SQ_PSN) {
+            self.req = Requester::new(Psn::new(attr.sq_psn));
+        }
+        if mask.intersects(QpAttrMask::SQ_PSN | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY) {
+            self.comp = Completer::new(attr.retry_cnt, attr.rnr_retry);
+        }
+    }
+
+    /// Stops the sending side (the QP enters ERR): nothing outstanding, no timers; only
+    /// an error NAK already queued still goes out.
+    pub(crate) fn stop_requester(&mut self) {
+        self.req = Requester::new(self.req.next_psn);
+        self.timers.stop_all();
+        self.resp.keep_only_naks();
+    }
+}
+
+fn route(qp: &QueuePair, attr: &QpAttr) -> Route {
+    Route {
+        local: qp.pd().device().config().addr,
+        src_port: qp_src_port(qp.qpn()),
+        peer: attr.ah_attr.dgid.to_ip(),
+    }
+}
+
+impl QueuePair {
+    /// Adds `tally` to the QP's and the device's counters.
+    fn merge_counts(&self, inner: &mut QpInner, tally: &Counters) {
+        let dp = self.pd().device().datapath();
+        for &c in Counter::ALL {
+            let n = tally.get(c);
+            if n != 0 {
+                inner.rc.counters.add(c, n);
+                dp.count(c, n);
+            }
+        }
+    }
+
+    fn count1(&self, inner: &mut QpInner, c: Counter) {
+        inner.rc.counters.add(c, 1);
+        self.pd().device().datapath().count(c, 1);
+    }
+
+    /// Writes a completion and counts it.
+    pub(crate) fn push_wc(
+        &self,
+        inner: &mut QpInner,
+        cq: &CompletionQueue,
+        wc: WorkCompletion,
+        solicited: bool,
+    ) {
+        self.count1(inner, Counter::Completions);
+        if !cq.push(wc, solicited) {
+            self.pd().device().datapath().note_cq_error(cq.id());
+        }
+    }
+
+    /// One of the QP's CQs overflowed: the QP goes to ERR (see
+    /// [`crate::datapath::Datapath::settle_cq_errors`]).
+    pub(crate) fn cq_error(&self) {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let cur = inner.attr.qp_state;
+        if matches!(cur, QpState::Reset | QpState::Err) {
+            return;
+        }
+        self.enter_error_locked(inner, cur);
+        self.sync_datapath(inner, false);
+    }
+
+    /// Tells the device whether this QP has something to send and when its next timer
+    /// fires. Returns true when the QP just became ready (the caller wakes the engine once
+    /// the QP lock is released).
+    pub(crate) fn sync_datapath(&self, inner: &mut QpInner, _wake: bool) -> bool {
+        let dp = self.pd().device().datapath();
+        dp.set_deadline(self.qpn(), inner.rc.timers.next_timeout());
+        if self.has_work(inner) {
+            dp.mark_ready(self.qpn(), false)
+        } else {
+            false
+        }
+    }
+
+    fn has_work(&self, inner: &QpInner) -> bool {
+        let a = &inner.attr;
+        let state = a.qp_state;
+        if matches!(state, QpState::Reset | QpState::Init) {
+            return false;
+        }
+        match self.qp_type() {
+            QpType::Rc => {}
+            // SQD lets a started UC message finish (IBTA §10.3.1: SQD drains what began).
+            QpType::Uc => {
+                return !inner.sq.is_empty()
+                    && (state == QpState::Rts || (state == QpState::Sqd && inner.uc.req.pkt > 0))
+            }
+            QpType::Ud => return state == QpState::Rts && !inner.sq.is_empty(),
+        }
+        inner.rc.resp.has_output()
+            || (matches!(state, QpState::Rts | QpState::Sqd)
+                && inner.rc.req.has_work(state, &inner.sq, a.max_rd_atomic))
+    }
+
+    /// Handles one received packet addressed to this QP (called by
+    /// [`crate::device::Device::handle_datagram`] after the ICRC and layout checks).
+    pub(crate) fn handle_packet(&self, now: Instant, src: SocketAddr, pkt: &RocePacket<&[u8]>) {
+        let dev = self.pd().device();
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let state = inner.attr.qp_state;
+        match state {
+            // Not yet able to receive: as if the QP did not exist (IBTA §10.3.1).
+            QpState::Reset | QpState::Init => {
+                dev.datapath().count(Counter::UnknownQpnDrops, 1);
+                return;
+            }
+            QpState::Err => {
+                self.count1(inner, Counter::StateDrops);
+                return;
+            }
+            _ => {}
+        }
+        let Some(info) = pkt.info() else {
+            self.count1(inner, Counter::MalformedDrops);
+            return;
+        };
+        let class = match self.qp_type() {
+            QpType::Rc => TransportClass::Rc,
+            QpType::Uc => TransportClass::Uc,
+            QpType::Ud => TransportClass::Ud,
+        };
+        if info.class != class {
+            // An opcode of another service than the QP's (IBTA §9.6 header validation:
+            // the transport class of the opcode must be the QP's).
+            self.count1(inner, Counter::MalformedDrops);
+            return;
+        }
+        let Ok(repr) = RoceRepr::parse(pkt) else {
+            self.count1(inner, Counter::MalformedDrops);
+            return;
+        };
+        // IBTA §9.6 header validation: the P_Key must match the port's (one entry, the
+        // default, full member): same low 15 bits, and not both limited members.
+        if !pkey_matches(repr.bth.p_key, crate::device::DEFAULT_PKEY) {
+            self.count1(inner, Counter::PkeyDrops);
+            return;
+        }
+        match self.qp_type() {
+            QpType::Rc => {}
+            QpType::Uc => {
+                let mut tally = Counters::default();
+                tally.add(Counter::PacketsReceived, 1);
+                tally.add(Counter::BytesReceived, pkt.total_len() as u64);
+                if state == QpState::Rtr && !inner.rc.comm_est {
+                    inner.rc.comm_est = true;
+                    dev.events()
+                        .push(crate::event::AsyncEvent::CommEst { qpn: self.qpn() });
+                }
+                self.uc_packet(inner, &repr, pkt.payload(), &mut tally);
+                self.merge_counts(inner, &tally);
+                self.sync_datapath(inner, false);
+                return;
+            }
+            QpType::Ud => {
+                let mut tally = Counters::default();
+                tally.add(Counter::PacketsReceived, 1);
+                tally.add(Counter::BytesReceived, pkt.total_len() as u64);
+                self.ud_packet(inner, src.ip(), &repr, pkt, &mut tally);
+                self.merge_counts(inner, &tally);
+                self.sync_datapath(inner, false);
+                return;
+            }
+        }
+        let mtu = inner.attr.path_mtu;
+        if info.is_response()
+            && check_payload_len(repr.bth.opcode, pkt.payload().len(), mtu).is_err()
+        {
+            self.count1(inner, Counter::MalformedDrops);
+            return;
+        }
+        let mut tally = Counters::default();
+        tally.add(Counter::PacketsReceived, 1);
+        tally.add(Counter::BytesReceived, pkt.total_len() as u64);
+        if state == QpState::Rtr && !inner.rc.comm_est {
+            inner.rc.comm_est = true;
+            dev.events()
+                .push(crate::event::AsyncEvent::CommEst { qpn: self.qpn() });
+        }
+        if info.is_request() {
+            self.responder_packet(inner, &repr, pkt.payload(), &mut tally);
+        } else if info.is_response() {
+            if matches!(state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
+                let mut actions = std::mem::take(&mut inner.rc.actions);
+                let a = inner.attr;
+                let cctx = CompCtx {
+                    dev,
+                    pd: self.pd().id(),
+                    mtu,
+                    retry_cnt: a.retry_cnt,
+                    rnr_retry: a.rnr_retry,
+                };
+                let mut count = |c| tally.add(c, 1);
+                let mut out = CompOut {
+                    actions: &mut actions,
+                    count: &mut count,
+                    progress: false,
+                };
+                let rc = &mut inner.rc;
+                rc.comp.handle(
+                    &cctx,
+                    &mut rc.req,
+                    &inner.sq,
+                    &repr,
+                    pkt.payload(),
+                    &mut out,
+                );
+                let progress = out.progress;
+                self.apply_actions(inner, now, &mut actions, progress);
+                inner.rc.actions = actions;
+            } else {
+                tally.add(Counter::StateDrops, 1);
+            }
+        }
+        self.merge_counts(inner, &tally);
+        self.sync_datapath(inner, false);
+    }
+
+    fn responder_packet(
+        &self,
+        inner: &mut QpInner,
+        repr: &RoceRepr,
+        payload: &[u8],
+        tally: &mut Counters,
+    ) {
+        let dev = self.pd().device();
+        let a = inner.attr;
+        let ctx = RespCtx {
+            dev,
+            pd: self.pd().id(),
+            qpn: self.qpn(),
+            mtu: a.path_mtu,
+            access: AccessFlags::from_bits_truncate(a.qp_access_flags),
+            min_rnr_timer: a.min_rnr_timer,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            src_qp: a.dest_qp_num,
+            srq: self.srq().map(|s| &**s),
+        };
+        let mut acts = std::mem::take(&mut inner.rc.resp_actions);
+        {
+            let mut count = |c| tally.add(c, 1);
+            let QpInner { rc, rq, .. } = &mut *inner;
+            rc.resp
+                .handle(&ctx, rq, repr, payload, &mut acts, &mut count);
+        }
+        for act in acts.drain(..) {
+            match act {
+                RespAction::Recv(wc, solicited) => {
+                    let cq = self.recv_cq().clone();
+                    self.push_wc(inner, &cq, wc, solicited);
+                }
+                RespAction::Fatal(e, wqe) => {
+                    tally.add(Counter::ErrorNaksSent, 1);
+                    if let Some(w) = wqe {
+                        match e.recv_status() {
+                            Some(status) => {
+                                let wc = WorkCompletion {
+                                    wr_id: w.wr.wr_id,
+                                    status,
+                                    opcode: WcOpcode::Recv,
+                                    qp_num: self.qpn(),
+                                    ..Default::default()
+                                };
+                                let cq = self.recv_cq().clone();
+                                self.push_wc(inner, &cq, wc, false);
+                            }
+                            None => inner.rq.push_front(w),
+                        }
+                    }
+                    // IBTA §11.6.3.2: the responder's error is reported to its owner as an
+                    // affiliated asynchronous event, and the QP goes to ERR (§9.9.3.2).
+                    dev.events().push(e.event(self.qpn()));
+                    let cur = inner.attr.qp_state;
+                    self.enter_error_locked(inner, cur);
+                    break;
+                }
+            }
+        }
+        acts.clear();
+        inner.rc.resp_actions = acts;
+    }
+
+    /// Applies the completer's actions in order (see [`Action`]).
+    fn apply_actions(
+        &self,
+        inner: &mut QpInner,
+        now: Instant,
+        actions: &mut Vec<Action>,
+        progress: bool,
+    ) {
+        let timeout = ack_timeout(inner.attr.timeout);
+        let mut i = 0;
+        while i < actions.len() {
+            let act = actions[i];
+            i += 1;
+            match act {
+                Action::Complete => {
+                    let Some(wqe) = inner.sq.pop_front() else {
+                        continue;
+                    };
+                    if wqe.signaled {
+                        let len = wqe.wr.total_len() as u32;
+                        let wc = WorkCompletion {
+                            wr_id: wqe.wr.wr_id,
+                            status: WcStatus::Success,
+                            opcode: wc_opcode(&wqe.wr.op),
+                            byte_len: len,
+                            qp_num: self.qpn(),
+                            ..Default::default()
+                        };
+                        let cq = self.send_cq().clone();
+                        self.push_wc(inner, &cq, wc, false);
+                    }
+                }
+                Action::RetryFrom(psn) => {
+                    inner.rc.req.rewind(psn);
+                    match timeout {
+                        Some(t) => inner.rc.timers.set(Timer::Retransmit, now + t),
+                        None => inner.rc.timers.stop(Timer::Retransmit),
+                    }
+                }
+                Action::RnrWait { psn, wait } => {
+                    inner.rc.req.rnr_wait = true;
+                    inner.rc.rnr_psn = psn;
+                    inner.rc.timers.stop(Timer::Retransmit);
+                    inner.rc.timers.set(Timer::Rnr, now + wait);
+                }
+                Action::Fatal(status) => {
+                    // IBTA §10.3.1 / C10-?: the failing WR completes with its error (signaled
+                    // or not), then the QP is in ERR and everything else is flushed in order.
+                    if let Some(wqe) = inner.sq.pop_front() {
+                        let wc = WorkCompletion {
+                            wr_id: wqe.wr.wr_id,
+                            status,
+                            opcode: wc_opcode(&wqe.wr.op),
+                            qp_num: self.qpn(),
+                            ..Default::default()
+                        };
+                        let cq = self.send_cq().clone();
+                        self.push_wc(inner, &cq, wc, false);
+                    }
+                    let cur = inner.attr.qp_state;
+                    self.enter_error_locked(inner, cur);
+                    actions.clear();
+                    return;
+                }
+            }
+        }
+        actions.clear();
+        if progress {
+            let rc = &mut inner.rc;
+            match timeout {
+                Some(t) if rc.req.outstanding() && !rc.req.rnr_wait => {
+                    rc.timers.set(Timer::Retransmit, now + t)
+                }
+                _ => rc.timers.stop(Timer::Retransmit),
+            }
+        }
+    }
+
+    /// Writes this QP's next packet into `buf`; the flag says whether more may follow.
+    /// Responses (ACKs, READ responses) go before new requests.
+    pub(crate) fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> (Option<Transmit>, bool) {
+        let dev = self.pd().device();
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let a = inner.attr;
+        if matches!(a.qp_state, QpState::Reset | QpState::Init) {
+            return (None, false);
+        }
+        if self.qp_type() != QpType::Rc {
+            return self.poll_transmit_unreliable(inner, buf);
+        }
+        let route = route(self, &a);
+        let mut tally = Counters::default();
+        let mut sent = None;
+        if let Some((len, what)) =
+            inner
+                .rc
+                .resp
+                .poll_transmit(a.dest_qp_num, a.path_mtu, route, buf)
+        {
+            tally.add(what, 1);
+            sent = Some(len);
+        } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
+            let ctx = ReqCtx {
+                dev,
+                pd: self.pd().id(),
+                state: a.qp_state,
+                mtu: a.path_mtu,
+                dest_qpn: a.dest_qp_num,
+                max_rd_atomic: a.max_rd_atomic,
+                route,
+            };
+            match inner.rc.req.poll_transmit(&ctx, &inner.sq, buf) {
+                ReqOut::Sent { len, retransmit } => {
+                    if retransmit {
+                        tally.add(Counter::Retransmits, 1);
+                    }
+                    if let Some(t) = ack_timeout(a.timeout) {
+                        if !inner.rc.timers.is_set(Timer::Retransmit) {
+                            inner.rc.timers.set(Timer::Retransmit, now + t);
+                        }
+                    }
+                    sent = Some(len);
+                }
+                ReqOut::Idle => {
+                    // A WQE that failed locally and has nothing before it completes now.
+                    if let Some(status) = inner.rc.req.started.front().and_then(|w| w.error) {
+                        let mut acts = vec![Action::Fatal(status)];
+                        self.apply_actions(inner, now, &mut acts, false);
+                    }
+                }
+            }
+        }
+        if let Some(len) = sent {
+            tally.add(Counter::PacketsSent, 1);
+            tally.add(Counter::BytesSent, len as u64);
+        }
+        self.merge_counts(inner, &tally);
+        let more = self.has_work(inner);
+        self.pd()
+            .device()
+            .datapath()
+            .set_deadline(self.qpn(), inner.rc.timers.next_timeout());
+        let t = sent.map(|len| Transmit {
+            dst: route.peer,
+            src_port: route.src_port,
+            len,
+        });
+        (t, more)
+    }
+
+    /// Fires the QP's timers due at `now`.
+    pub(crate) fn handle_timeout(&self, now: Instant) {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let mut tally = Counters::default();
+        while let Some(t) = inner.rc.timers.expired(now) {
+            if !matches!(
+                inner.attr.qp_state,
+                QpState::Rts | QpState::Sqd | QpState::Sqe
+            ) {
+                continue;
+            }
+            match t {
+                Timer::Retransmit => {
+                    let mut actions = std::mem::take(&mut inner.rc.actions);
+                    let mut count = |c| tally.add(c, 1);
+                    let mut out = CompOut {
+                        actions: &mut actions,
+                        count: &mut count,
+                        progress: false,
+                    };
+                    let rc = &mut inner.rc;
+                    rc.comp.on_timeout(&rc.req, &mut out);
+                    self.apply_actions(inner, now, &mut actions, false);
+                    inner.rc.actions = actions;
+                }
+                Timer::Rnr => {
+                    let rc = &mut inner.rc;
+                    rc.req.rnr_wait = false;
+                    rc.req.rewind(rc.rnr_psn);
+                }
+            }
+        }
+        self.merge_counts(inner, &tally);
+        self.sync_datapath(inner, false);
+    }
+
+    /// The QP's transport counters (see [`crate::counters`]).
+    pub fn counters(&self) -> QpCounters {
+        self.inner.lock().rc.counters
+    }
+}
+
+/// Whether a packet's P_Key matches the port's (IBTA §9.6 header validation, §10.9.3 on
+/// membership): the same 15-bit key, and at least one of the two a full member.
+pub fn pkey_matches(pkt: u16, ours: u16) -> bool {
+    (pkt & 0x7fff) == (ours & 0x7fff) && (pkt | ours) & 0x8000 != 0
+}
+
+impl QueuePair {
+    /// A UC request packet (see [`uc`]).
+    fn uc_packet(
+        &self,
+        inner: &mut QpInner,
+        repr: &RoceRepr,
+        payload: &[u8],
+        tally: &mut Counters,
+    ) {
+        let dev = self.pd().device();
+        let a = inner.attr;
+        let ctx = RespCtx {
+            dev,
+            pd: self.pd().id(),
+            qpn: self.qpn(),
+            mtu: a.path_mtu,
+            access: AccessFlags::from_bits_truncate(a.qp_access_flags),
+            min_rnr_timer: 0,
+            max_dest_rd_atomic: 0,
+            src_qp: a.dest_qp_num,
+            srq: self.srq().map(|s| &**s),
+        };
+        let mut out = Vec::new();
+        {
+            let mut count = |c| tally.add(c, 1);
+            let QpInner { uc, rq, .. } = &mut *inner;
+            uc.resp
+                .handle(&ctx, rq, repr, payload, &mut out, &mut count);
+        }
+        for o in out {
+            match o {
+                uc::UcOut::Recv(wc, solicited) => {
+                    let cq = self.recv_cq().clone();
+                    self.push_wc(inner, &cq, wc, solicited);
+                }
+                uc::UcOut::Fatal(wqe, status) => {
+                    self.recv_fatal(inner, wqe, status);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A UD packet (see [`ud`]).
+    fn ud_packet(
+        &self,
+        inner: &mut QpInner,
+        src: std::net::IpAddr,
+        repr: &RoceRepr,
+        pkt: &RocePacket<&[u8]>,
+        tally: &mut Counters,
+    ) {
+        let dev = self.pd().device();
+        let ctx = ud::UdRecvCtx {
+            dev,
+            pd: self.pd().id(),
+            qpn: self.qpn(),
+            qkey: inner.attr.qkey,
+            port_mtu: dev.config().port_mtu,
+            local: dev.config().addr,
+            srq: self.srq().map(|s| &**s),
+        };
+        match ud::receive(
+            &ctx,
+            &mut inner.rq,
+            repr,
+            pkt.payload(),
+            pkt.total_len(),
+            src,
+        ) {
+            ud::UdRecv::Complete(wc, solicited) => {
+                let cq = self.recv_cq().clone();
+                self.push_wc(inner, &cq, wc, solicited);
+            }
+            ud::UdRecv::Drop(c) => tally.add(c, 1),
+            ud::UdRecv::Fatal(wqe, status) => self.recv_fatal(inner, wqe, status),
+        }
+    }
+
+    /// A receive WQE whose buffers failed their L_Key check: it completes with `status`,
+    /// the QP goes to ERR (IBTA §10.6.3.1: a local protection error is a QP error) and the
+    /// owner hears of it as a fatal QP event.
+    fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, status: WcStatus) {
+        let wc = WorkCompletion {
+            wr_id: wqe.wr.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            qp_num: self.qpn(),
+            ..Default::default()
+        };
+        let cq = self.recv_cq().clone();
+        self.push_wc(inner, &cq, wc, false);
+        self.pd()
+            .device()
+            .events()
+            .push(crate::event::AsyncEvent::QpFatal { qpn: self.qpn() });
+        let cur = inner.attr.qp_state;
+        self.enter_error_locked(inner, cur);
+    }
+
+    /// `poll_transmit` of UC and UD QPs: the next packet of the send queue's front WQE,
+    /// which completes once its last packet is out (nothing is acknowledged).
+    fn poll_transmit_unreliable(
+        &self,
+        inner: &mut QpInner,
+        buf: &mut [u8],
+    ) -> (Option<Transmit>, bool) {
+        if !self.has_work(inner) {
+            return (None, false);
+        }
+        let dev = self.pd().device();
+        let a = inner.attr;
+        let Some(wqe) = inner.sq.front() else {
+            return (None, false);
+        };
+        let built = match self.qp_type() {
+            QpType::Ud => {
+                let ctx = ud::UdSendCtx {
+                    dev,
+                    pd: self.pd().id(),
+                    qpn: self.qpn(),
+                    qkey: a.qkey,
+                    local: dev.config().addr,
+                };
+                inner
+                    .ud
+                    .build(&ctx, wqe, buf)
+                    .map(|(len, dst)| (len, dst, true))
+            }
+            _ => {
+                let r = route(self, &a);
+                let ctx = ReqCtx {
+                    dev,
+                    pd: self.pd().id(),
+                    state: a.qp_state,
+                    mtu: a.path_mtu,
+                    dest_qpn: a.dest_qp_num,
+                    max_rd_atomic: 0,
+                    route: r,
+                };
+                inner
+                    .uc
+                    .req
+                    .poll_transmit(&ctx, wqe, buf)
+                    .map(|(len, last)| (len, r.peer, last))
+            }
+        };
+        let mut tally = Counters::default();
+        let out = match built {
+            Ok((len, dst, last)) => {
+                tally.add(Counter::PacketsSent, 1);
+                tally.add(Counter::BytesSent, len as u64);
+                if last {
+                    let wqe = inner.sq.pop_front().expect("front exists");
+                    if wqe.signaled {
+                        let wc = WorkCompletion {
+                            wr_id: wqe.wr.wr_id,
+                            status: WcStatus::Success,
+                            opcode: wc_opcode(&wqe.wr.op),
+                            byte_len: wqe.wr.total_len() as u32,
+                            qp_num: self.qpn(),
+                            ..Default::default()
+                        };
+                        let cq = self.send_cq().clone();
+                        self.push_wc(inner, &cq, wc, false);
+                    }
+                }
+                Some(Transmit {
+                    dst,
+                    src_port: qp_src_port(self.qpn()),
+                    len,
+                })
+            }
+            Err(status) => {
+                // A WQE that cannot be built (its memory went away) completes in error,
+                // signaled or not, and the QP goes to ERR like an RC requester's.
+                let wqe = inner.sq.pop_front().expect("front exists");
+                let wc = WorkCompletion {
+                    wr_id: wqe.wr.wr_id,
+                    status,
+                    opcode: wc_opcode(&wqe.wr.op),
+                    qp_num: self.qpn(),
+                    ..Default::default()
+                };
+                let cq = self.send_cq().clone();
+                self.push_wc(inner, &cq, wc, false);
+                let cur = inner.attr.qp_state;
+                self.enter_error_locked(inner, cur);
+                None
+            }
+        };
+        self.merge_counts(inner, &tally);
+        (out, self.has_work(inner))
+    }
+}

@@ -1,0 +1,136 @@
+//! Shared helpers of the RC transport: moving payload between packets and scatter/gather
+//! lists, and writing a packet with its ICRC into the caller's buffer.
+
+use crate::device::Device;
+use crate::mr::{AccessFault, AccessFlags};
+use crate::pd::PdId;
+use crate::wr::Sge;
+use std::net::{IpAddr, SocketAddr};
+use uroce_wire::{IcrcIpFacts, InvariantHeaders, RocePacket, RoceRepr, ROCEV2_PORT};
+
+/// Why data could not be moved between a packet and a scatter/gather list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SgeError {
+    /// The bytes do not fit in the list (a message longer than the receive buffer).
+    TooLong,
+    /// An SGE's L_Key, range or rights failed (IBTA §10.6.3).
+    Fault(AccessFault),
+}
+
+/// Calls `f(mr, offset_in_mr, range_in_data)` for each piece of `len` bytes starting at byte
+/// `offset` of the message described by `sges`.
+fn walk(
+    dev: &Device,
+    pd: PdId,
+    sges: &[Sge],
+    mut offset: u64,
+    len: usize,
+    needed: AccessFlags,
+    mut f: impl FnMut(&crate::mr::MemoryRegion, u64, std::ops::Range<usize>),
+) -> Result<(), SgeError> {
+    let mut done = 0usize;
+    for s in sges {
+        if done == len {
+            break;
+        }
+        let sl = u64::from(s.length);
+        if offset >= sl {
+            offset -= sl;
+            continue;
+        }
+        let n = ((sl - offset) as usize).min(len - done);
+        let va = s.addr + offset;
+        let mr = dev
+            .with_mrs(|t| t.check_lkey(pd, s.lkey, va, n as u64, needed))
+            .map_err(SgeError::Fault)?;
+        f(&mr, va - mr.addr(), done..done + n);
+        done += n;
+        offset = 0;
+    }
+    if done < len {
+        return Err(SgeError::TooLong);
+    }
+    Ok(())
+}
+
+/// Copies `out.len()` bytes of the message in `sges`, from byte `offset`, into `out`.
+pub(crate) fn gather(
+    dev: &Device,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    out: &mut [u8],
+) -> Result<(), SgeError> {
+    let len = out.len();
+    walk(
+        dev,
+        pd,
+        sges,
+        offset,
+        len,
+        AccessFlags::empty(),
+        |mr, o, r| {
+            // In range: check_lkey verified the range inside the region.
+            let _ = mr.read(o, &mut out[r]);
+        },
+    )
+}
+
+/// Copies `data` into the message buffer `sges` at byte `offset` (LOCAL_WRITE needed).
+pub(crate) fn scatter(
+    dev: &Device,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), SgeError> {
+    walk(
+        dev,
+        pd,
+        sges,
+        offset,
+        data.len(),
+        AccessFlags::LOCAL_WRITE,
+        |mr, o, r| {
+            let _ = mr.write(o, &data[r]);
+        },
+    )
+}
+
+/// Total bytes of a scatter/gather list.
+pub(crate) fn sge_len(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
+
+/// Where a packet goes: local address and source port, peer address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Route {
+    pub local: IpAddr,
+    pub src_port: u16,
+    pub peer: IpAddr,
+}
+
+/// Writes `repr` into `buf[..repr.buffer_len()]`, its payload by `fill`, then the ICRC
+/// computed for the IP/UDP headers of `route` (annex A17.3.3). Returns the length, or the
+/// error `fill` reported (nothing is sent then).
+pub(crate) fn emit<E>(
+    repr: &RoceRepr,
+    route: Route,
+    buf: &mut [u8],
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<usize, E> {
+    let len = repr.buffer_len();
+    let mut fill_result = Ok(());
+    let mut pkt = RocePacket::new_unchecked(&mut buf[..len]);
+    repr.emit(&mut pkt, |p| fill_result = fill(p))
+        .expect("transport builds reprs that match their opcode");
+    fill_result?;
+    let facts = IcrcIpFacts::new(
+        SocketAddr::new(route.local, route.src_port),
+        SocketAddr::new(route.peer, ROCEV2_PORT),
+    );
+    if let Ok(h) = InvariantHeaders::from_facts(&facts, len) {
+        let _ = uroce_wire::icrc::fill(&h, &mut buf[..len]);
+    }
+    Ok(len)
+}

@@ -1,0 +1,454 @@
+//! The requester (IBTA vol. 1 §9.7.1 to §9.7.4 on the sending side): turns send WQEs into
+//! request packets, assigns PSNs, and resends from a PSN when the completer asks
+//! (go-back-N). It keeps no copy of the payload: packets are rebuilt from the WQE (its
+//! SGEs, read again from the MRs, or its inline data) every time they are sent.
+
+use super::packet::{emit, gather, Route, SgeError};
+use crate::device::Device;
+use crate::pd::PdId;
+use crate::qp::state::QpState;
+use crate::wc::WcStatus;
+use crate::wr::{SendFlags, SendOp, SendWqe};
+use std::collections::VecDeque;
+use uroce_wire::{
+    AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Mtu, Opcode, Psn, RethRepr, RoceRepr,
+};
+
+/// A request is sent with AckReq at the end of every message and, inside long messages,
+/// after this many packets without one (rxe's `RXE_MAX_PKT_PER_ACK`), so the responder
+/// acknowledges progress and the requester's window keeps moving (IBTA §9.7.2: the
+/// requester chooses where to set AckReq).
+pub const ACK_REQ_EVERY: u32 = 64;
+
+/// The kind of a WQE as the transport sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// SEND, SEND with immediate or invalidate.
+    Send,
+    /// RDMA WRITE, with or without immediate.
+    Write,
+    /// RDMA READ: response packets carry the data.
+    Read,
+    /// CmpSwap or FetchAdd: an ATOMIC Acknowledge carries the original value.
+    Atomic,
+}
+
+impl Kind {
+    pub(crate) fn of(op: &SendOp) -> Kind {
+        match op {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => Kind::Send,
+            SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => Kind::Write,
+            SendOp::RdmaRead { .. } => Kind::Read,
+            SendOp::AtomicCmpAndSwp { .. } | SendOp::AtomicFetchAndAdd { .. } => Kind::Atomic,
+        }
+    }
+
+    /// READs and atomics: limited by `max_rd_atomic`, waited for by FENCE.
+    pub(crate) fn is_rd_atomic(self) -> bool {
+        matches!(self, Kind::Read | Kind::Atomic)
+    }
+}
+
+/// The transport state of one WQE that has started (its first packet went out). The
+/// requester keeps these in SQ order, parallel to the front of the send queue.
+#[derive(Clone, Debug)]
+pub(crate) struct WqeTx {
+    /// PSN of the first request packet (IBTA §9.7.1).
+    pub first_psn: Psn,
+    /// PSNs the WQE consumes: its request packets, or for a READ its response packets
+    /// (ceil(len / MTU), at least 1; IBTA §9.7.4.1.3).
+    pub npkts: u32,
+    /// Message length in bytes.
+    pub len: u32,
+    /// What it is.
+    pub kind: Kind,
+    /// Packets known done, from the first: acknowledged (SEND, WRITE), response packets
+    /// received in order (READ), 1 once the ATOMIC Acknowledge arrived.
+    pub done_pkts: u32,
+    /// A local error found while building one of its packets (an MR deregistered after the
+    /// post): the WQE completes with it when it reaches the front.
+    pub error: Option<WcStatus>,
+}
+
+impl WqeTx {
+    /// True when `psn` is one of the WQE's PSNs.
+    pub fn contains(&self, psn: Psn) -> bool {
+        let d = self.first_psn.distance(psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+
+    /// True when nothing more is expected for it.
+    pub fn is_done(&self) -> bool {
+        self.done_pkts >= self.npkts
+    }
+}
+
+/// Packets needed for `len` bytes at `mtu`: ceil(len / MTU), at least 1 (a zero-length
+/// message is one packet without payload, IBTA §9.7.7).
+pub(crate) fn packets_for(len: u32, mtu: Mtu) -> u32 {
+    len.div_ceil(mtu.bytes() as u32).max(1)
+}
+
+/// What the requester needs to know about its QP to build a packet.
+#[derive(Clone, Copy)]
+pub(crate) struct ReqCtx<'a> {
+    pub dev: &'a Device,
+    pub pd: PdId,
+    pub state: QpState,
+    pub mtu: Mtu,
+    pub dest_qpn: u32,
+    pub max_rd_atomic: u8,
+    pub route: Route,
+}
+
+/// The result of asking the requester for a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqOut {
+    /// A packet of `len` bytes is in the buffer; `retransmit` when its PSN was sent before.
+    Sent { len: usize, retransmit: bool },
+    /// Nothing to send now.
+    Idle,
+}
+
+/// The requester's state.
+#[derive(Debug)]
+pub(crate) struct Requester {
+    /// The PSN the next new packet gets (`sq_psn`).
+    pub next_psn: Psn,
+    /// The WQEs that have started, in SQ order (index i is `sq[i]`).
+    pub started: VecDeque<WqeTx>,
+    /// The next packet to send: (index into `started`, packet index in the WQE); an index
+    /// equal to `started.len()` means "start the next WQE of the send queue".
+    pub cursor: (usize, u32),
+    /// Packets sent since the last one with AckReq.
+    noack_pkts: u32,
+    /// Started READs and atomics (not yet completed).
+    pub rd_atomic: u32,
+    /// Waiting out an RNR NAK: nothing is sent until the RNR timer fires.
+    pub rnr_wait: bool,
+    /// One past the furthest PSN sent so far: a packet before it is a retransmission.
+    high: Psn,
+    /// WQEs popped since creation: the completer's `Complete` actions are applied to the
+    /// send queue after it returns, so `started[0]` is `sq[popped - popped_at_entry]`.
+    pub popped: u64,
+}
+
+impl Requester {
+    /// A requester whose first packet will carry `sq_psn`.
+    pub fn new(sq_psn: Psn) -> Requester {
+        Requester {
+            next_psn: sq_psn,
+            started: VecDeque::new(),
+            cursor: (0, 0),
+            noack_pkts: 0,
+            rd_atomic: 0,
+            rnr_wait: false,
+            high: sq_psn,
+            popped: 0,
+        }
+    }
+
+    /// The oldest PSN not known to have arrived (`una`), or `next_psn` when nothing is
+    /// outstanding.
+    pub fn una(&self) -> Psn {
+        match self.started.front() {
+            Some(w) => w.first_psn.wrapping_add(w.done_pkts),
+            None => self.next_psn,
+        }
+    }
+
+    /// True when requests are outstanding (the retransmit timer must run).
+    pub fn outstanding(&self) -> bool {
+        !self.started.is_empty()
+    }
+
+    /// Forgets the front WQE (it completed).
+    pub fn pop_front(&mut self) -> Option<WqeTx> {
+        let w = self.started.pop_front()?;
+        self.popped += 1;
+        if w.kind.is_rd_atomic() {
+            self.rd_atomic -= 1;
+        }
+        self.cursor.0 = self.cursor.0.saturating_sub(1);
+        if self.cursor.0 == 0 && self.started.is_empty() {
+            self.cursor = (0, 0);
+        }
+        Some(w)
+    }
+
+    /// Go-back-N (IBTA §9.7.5.1.3 / §9.7.6.1.3): the next packet sent is the one with
+    /// PSN `psn` (a READ is requested again from there), then everything after it.
+    pub fn rewind(&mut self, psn: Psn) {
+        match self.started.iter().position(|w| w.contains(psn)) {
+            Some(i) => self.cursor = (i, self.started[i].first_psn.distance(psn) as u32),
+            None => self.cursor = (self.started.len(), 0),
+        }
+    }
+
+    /// True when the requester would send something if asked (the same gates as
+    /// [`Requester::poll_transmit`]).
+    pub fn has_work(&self, state: QpState, sq: &VecDeque<SendWqe>, max_rd_atomic: u8) -> bool {
+        if self.rnr_wait {
+            return false;
+        }
+        if self.cursor.0 < self.started.len() {
+            return true;
+        }
+        let Some(wqe) = sq.get(self.started.len()) else {
+            return false;
+        };
+        self.may_start(state, wqe, max_rd_atomic)
+    }
+
+    /// Whether the next WQE may start now: RTS, no earlier local error, fence and
+    /// `max_rd_atomic` satisfied.
+    fn may_start(&self, state: QpState, wqe: &SendWqe, max_rd_atomic: u8) -> bool {
+        let kind = Kind::of(&wqe.wr.op);
+        // Only in RTS (SQD finishes what started, IBTA §10.3.1).
+        state == QpState::Rts
+            && self.started.back().map_or(true, |w| w.error.is_none())
+            // IBTA §10.8.3.3 (fence): wait until every earlier READ and atomic completed.
+            && !(wqe.wr.flags.contains(SendFlags::FENCE) && self.rd_atomic > 0)
+            // IBTA §9.7.4.1.3 / max_rd_atomic: at most that many READs and atomics in
+            // flight (0 is taken as 1 so that a QP configured with 0 still progresses).
+            && !(kind.is_rd_atomic() && self.rd_atomic >= u32::from(max_rd_atomic.max(1)))
+    }
+
+    /// Builds the next request packet into `buf` (IBTA §9.7.4.1).
+    pub fn poll_transmit(
+        &mut self,
+        ctx: &ReqCtx<'_>,
+        sq: &VecDeque<SendWqe>,
+        buf: &mut [u8],
+    ) -> ReqOut {
+        if self.rnr_wait {
+            return ReqOut::Idle;
+        }
+        let (i, k) = self.cursor;
+        if i == self.started.len() {
+            let Some(wqe) = sq.get(i) else {
+                return ReqOut::Idle;
+            };
+            if !self.may_start(ctx.state, wqe, ctx.max_rd_atomic) {
+                return ReqOut::Idle;
+            }
+            let kind = Kind::of(&wqe.wr.op);
+            let len = wqe.wr.total_len() as u32;
+            let npkts = match kind {
+                Kind::Atomic => 1,
+                _ => packets_for(len, ctx.mtu),
+            };
+            self.started.push_back(WqeTx {
+                first_psn: self.next_psn,
+                npkts,
+                len,
+                kind,
+                done_pkts: 0,
+                error: None,
+            });
+            if kind.is_rd_atomic() {
+                self.rd_atomic += 1;
+            }
+            self.next_psn = self.next_psn.wrapping_add(npkts);
+        }
+        let w = self.started[i].clone();
+        let wqe = &sq[i];
+        let psn = w.first_psn.wrapping_add(k);
+        // Sent before iff its PSN is before the furthest PSN ever sent.
+        let retransmit = psn.is_before(self.high);
+        match self.build(ctx, &w, wqe, k, psn, buf) {
+            Ok((len, last_of_wqe)) => {
+                self.cursor = if last_of_wqe { (i + 1, 0) } else { (i, k + 1) };
+                let end = if last_of_wqe {
+                    w.first_psn.wrapping_add(w.npkts)
+                } else {
+                    psn.next()
+                };
+                if end.is_after(self.high) {
+                    self.high = end;
+                }
+                ReqOut::Sent { len, retransmit }
+            }
+            Err(status) => {
+                self.started[i].error = Some(status);
+                // Nothing after it is sent; it completes with the error at the front.
+                self.cursor = (i + 1, 0);
+                ReqOut::Idle
+            }
+        }
+    }
+
+    fn build(
+        &mut self,
+        ctx: &ReqCtx<'_>,
+        w: &WqeTx,
+        wqe: &SendWqe,
+        k: u32,
+        psn: Psn,
+        buf: &mut [u8],
+    ) -> Result<(usize, bool), WcStatus> {
+        let mtu = ctx.mtu.bytes() as u32;
+        let first = k == 0;
+        let last = k + 1 == w.npkts;
+        let mut bth = BthRepr {
+            p_key: crate::device::DEFAULT_PKEY,
+            dest_qpn: ctx.dest_qpn,
+            psn,
+            ..BthRepr::default()
+        };
+        let mut repr = RoceRepr::default();
+        let (opcode, payload_off, payload_len, last_of_wqe) = match (&wqe.wr.op, w.kind) {
+            (op, Kind::Send | Kind::Write) => {
+                let off = k * mtu;
+                let plen = (w.len - off.min(w.len)).min(mtu);
+                let (only, first_op, middle, last_op) = send_write_opcodes(op);
+                let opcode = match (first, last) {
+                    (true, true) => only,
+                    (true, false) => first_op,
+                    (false, false) => middle,
+                    (false, true) => last_op,
+                };
+                if first {
+                    if let SendOp::RdmaWrite { remote_addr, rkey }
+                    | SendOp::RdmaWriteWithImm {
+                        remote_addr, rkey, ..
+                    } = *op
+                    {
+                        repr.reth = Some(RethRepr {
+                            va: remote_addr,
+                            r_key: rkey,
+                            dma_len: w.len,
+                        });
+                    }
+                }
+                if last {
+                    match *op {
+                        SendOp::SendWithImm { imm } | SendOp::RdmaWriteWithImm { imm, .. } => {
+                            repr.immdt = Some(ImmDtRepr { imm_data: imm })
+                        }
+                        SendOp::SendWithInv { invalidate_rkey } => {
+                            repr.ieth = Some(IethRepr {
+                                r_key: invalidate_rkey,
+                            })
+                        }
+                        _ => {}
+                    }
+                    // IBTA §9.2.2: the Solicited Event bit goes on the last packet.
+                    bth.solicited = wqe.wr.flags.contains(SendFlags::SOLICITED);
+                }
+                (opcode, off, plen as usize, last)
+            }
+            (&SendOp::RdmaRead { remote_addr, rkey }, _) => {
+                // IBTA §9.7.4.1.3 / §9.7.5.1.3: a READ resent from its packet k asks for the
+                // rest only: the address and length advance by k MTUs, the PSN by k.
+                let off = (k * mtu).min(w.len);
+                repr.reth = Some(RethRepr {
+                    va: remote_addr + u64::from(off),
+                    r_key: rkey,
+                    dma_len: w.len - off,
+                });
+                (Opcode::RC_RDMA_READ_REQUEST, 0, 0, true)
+            }
+            (
+                &SendOp::AtomicCmpAndSwp {
+                    remote_addr,
+                    rkey,
+                    compare,
+                    swap,
+                },
+                _,
+            ) => {
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    r_key: rkey,
+                    swap_add_data: swap,
+                    compare_data: compare,
+                });
+                (Opcode::RC_COMPARE_SWAP, 0, 0, true)
+            }
+            (
+                &SendOp::AtomicFetchAndAdd {
+                    remote_addr,
+                    rkey,
+                    add,
+                },
+                _,
+            ) => {
+                repr.atomic_eth = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    r_key: rkey,
+                    swap_add_data: add,
+                    compare_data: 0,
+                });
+                (Opcode::RC_FETCH_ADD, 0, 0, true)
+            }
+            _ => return Err(WcStatus::LocQpOpErr),
+        };
+        self.noack_pkts += 1;
+        bth.ack_req =
+            opcode.info().is_some_and(|i| i.ends_message()) || self.noack_pkts >= ACK_REQ_EVERY;
+        if bth.ack_req {
+            self.noack_pkts = 0;
+        }
+        bth.opcode = opcode;
+        bth.pad_count = uroce_wire::pad_len(payload_len);
+        repr.bth = bth;
+        repr.payload_len = payload_len;
+        let len =
+            emit(&repr, ctx.route, buf, |p| {
+                if p.is_empty() {
+                    return Ok(());
+                }
+                match &wqe.inline_data {
+                    Some(data) => {
+                        let s = payload_off as usize;
+                        p.copy_from_slice(&data[s..s + p.len()]);
+                        Ok(())
+                    }
+                    None => gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, payload_off.into(), p)
+                        .map_err(|e| match e {
+                            SgeError::TooLong => WcStatus::LocLenErr,
+                            SgeError::Fault(_) => WcStatus::LocProtErr,
+                        }),
+                }
+            })?;
+        Ok((len, last_of_wqe))
+    }
+}
+
+/// (Only, First, Middle, Last) opcodes of a SEND or WRITE operation (IBTA §9.2.1 table 38):
+/// the "with immediate / invalidate" variants for Only and Last.
+pub(crate) fn send_write_opcodes(op: &SendOp) -> (Opcode, Opcode, Opcode, Opcode) {
+    match op {
+        SendOp::Send => (
+            Opcode::RC_SEND_ONLY,
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST,
+        ),
+        SendOp::SendWithImm { .. } => (
+            Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        ),
+        SendOp::SendWithInv { .. } => (
+            Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+            Opcode::RC_SEND_FIRST,
+            Opcode::RC_SEND_MIDDLE,
+            Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        ),
+        SendOp::RdmaWriteWithImm { .. } => (
+            Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_RDMA_WRITE_MIDDLE,
+            Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        ),
+        _ => (
+            Opcode::RC_RDMA_WRITE_ONLY,
+            Opcode::RC_RDMA_WRITE_FIRST,
+            Opcode::RC_RDMA_WRITE_MIDDLE,
+            Opcode::RC_RDMA_WRITE_LAST,
+        ),
+    }
+}

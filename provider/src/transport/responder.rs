@@ -1,0 +1,722 @@
+//! The responder (IBTA vol. 1 §9.7.4.2 and §9.7.5 on the receiving side): checks the PSN
+//! of every request, executes new requests into receive WQEs and memory regions exactly
+//! once, and queues the ACKs, NAKs, READ responses and ATOMIC Acknowledges to send.
+//!
+//! Every failure is one [`RespError`]; [`RespError::nak`], [`RespError::recv_status`] and
+//! [`RespError::event`] are the one table that maps it to its NAK code, the status of the
+//! receive completion it ends (if any) and the asynchronous event; every one of them moves
+//! the QP to ERR (IBTA §9.9.3.2).
+
+use super::packet::{emit, scatter, Route, SgeError};
+use crate::counters::Counter;
+use crate::device::Device;
+use crate::event::AsyncEvent;
+use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
+use crate::pd::PdId;
+use crate::srq::SharedReceiveQueue;
+use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::RecvWqe;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use uroce_wire::{
+    check_payload_len, AethRepr, AethSyndrome, AtomicAckEthRepr, BthRepr, Mtu, NakCode, Opcode,
+    Operation, Position, Psn, RoceRepr,
+};
+
+/// MSNs are 24 bits (IBTA §9.7.5.1.1).
+const MSN_MASK: u32 = 0xff_ffff;
+
+/// A responder failure. Each moves the QP to ERR after its NAK is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespError {
+    /// An opcode that does not continue the message in progress, or starts one in the
+    /// middle of another (IBTA §9.7.4.2.3, C9-?? "opcode sequence").
+    OpcodeSequence,
+    /// An opcode the QP does not serve: not RC, FLUSH, ATOMIC WRITE, or an operation the
+    /// QP's access flags do not enable (rxe answers those with Invalid Request too).
+    Unsupported,
+    /// A payload length against the path MTU (First/Middle exactly the MTU, §9.7.7 C9-91..)
+    /// or against the RETH's DMA length.
+    BadLength,
+    /// An atomic request whose address is not 8-byte aligned (§9.4.5).
+    MisalignedAtomic,
+    /// An R_Key, bounds or rights violation (§9.7.4.1.4, §10.6.3).
+    RemoteAccess(AccessFault),
+    /// A SEND longer than the receive WQE's buffers (§9.7.4.2.4).
+    RecvTooLong,
+    /// A receive WQE whose L_Key or range is bad at execution time (§10.6.3.1).
+    RecvProtection,
+}
+
+impl RespError {
+    /// The NAK code sent (IBTA §9.7.5.2.2, table 43).
+    pub fn nak(self) -> NakCode {
+        match self {
+            RespError::OpcodeSequence
+            | RespError::Unsupported
+            | RespError::BadLength
+            | RespError::MisalignedAtomic
+            | RespError::RecvTooLong => NakCode::InvalidRequest,
+            RespError::RemoteAccess(_) => NakCode::RemoteAccessError,
+            RespError::RecvProtection => NakCode::RemoteOperationalError,
+        }
+    }
+
+    /// The status of the receive WQE the failing message was filling, when there is one
+    /// (otherwise it is flushed with the rest).
+    pub fn recv_status(self) -> Option<WcStatus> {
+        match self {
+            RespError::RecvTooLong | RespError::BadLength => Some(WcStatus::LocLenErr),
+            RespError::RecvProtection => Some(WcStatus::LocProtErr),
+            _ => None,
+        }
+    }
+
+    /// The asynchronous event raised on the responder's side (IBTA §11.6.3.2: invalid
+    /// request, local access violation, catastrophic error).
+    pub fn event(self, qpn: u32) -> AsyncEvent {
+        match self {
+            RespError::OpcodeSequence
+            | RespError::Unsupported
+            | RespError::BadLength
+            | RespError::MisalignedAtomic
+            | RespError::RecvTooLong => AsyncEvent::QpReqErr { qpn },
+            RespError::RemoteAccess(_) => AsyncEvent::QpAccessErr { qpn },
+            RespError::RecvProtection => AsyncEvent::QpFatal { qpn },
+        }
+    }
+}
+
+/// What the responder is in the middle of.
+#[derive(Debug, Default)]
+pub(crate) enum RecvState {
+    /// Between messages: the next request must be a First or Only.
+    #[default]
+    Idle,
+    /// A multi-packet SEND, filling `wqe` from byte `offset`.
+    InSend {
+        /// The receive WQE being filled.
+        wqe: RecvWqe,
+        /// Bytes placed so far.
+        offset: u32,
+    },
+    /// A multi-packet RDMA WRITE: the next payload goes to `va`, `remaining` bytes left of
+    /// the RETH's DMA length.
+    InWrite {
+        /// The region (checked once, at the First packet); `None` for zero length.
+        mr: Option<Arc<MemoryRegion>>,
+        /// Next virtual address.
+        va: u64,
+        /// Bytes still expected.
+        remaining: u32,
+        /// The DMA length of the RETH (the byte count of a WRITE with immediate).
+        total: u32,
+    },
+}
+
+/// A READ or atomic the responder remembers to answer duplicates (IBTA §9.7.5.1.2: the
+/// responder resources, `max_dest_rd_atomic` of them).
+#[derive(Debug, Clone, Copy)]
+enum Res {
+    Read { first: Psn, last: Psn, msn: u32 },
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// A response waiting to be sent, in order.
+#[derive(Debug)]
+enum Out {
+    Ack {
+        psn: Psn,
+        syndrome: AethSyndrome,
+        msn: u32,
+    },
+    Read {
+        first: Psn,
+        next: u32,
+        npkts: u32,
+        mr: Option<Arc<MemoryRegion>>,
+        va: u64,
+        len: u32,
+        msn: u32,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
+}
+
+/// What the responder needs to know about its QP.
+pub(crate) struct RespCtx<'a> {
+    pub dev: &'a Device,
+    pub pd: PdId,
+    pub qpn: u32,
+    pub mtu: Mtu,
+    pub access: AccessFlags,
+    pub min_rnr_timer: u8,
+    pub max_dest_rd_atomic: u8,
+    pub src_qp: u32,
+    pub srq: Option<&'a SharedReceiveQueue>,
+}
+
+/// What executing a request asks the QP to do.
+#[derive(Debug)]
+pub(crate) enum RespAction {
+    /// A receive completed: write `wc` to the receive CQ (`solicited`: the SE bit was set).
+    Recv(WorkCompletion, bool),
+    /// The QP goes to ERR; the NAK is already queued. `wqe` is the receive WQE the failing
+    /// message was using, if any.
+    Fatal(RespError, Option<RecvWqe>),
+}
+
+/// The responder's state.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// The expected PSN (`rq_psn`, IBTA §9.7.4.2.1).
+    pub epsn: Psn,
+    /// The message sequence number: messages completed, 24 bits (§9.7.5.1.1).
+    pub msn: u32,
+    /// The message in progress.
+    pub state: RecvState,
+    /// A NAK (sequence error or RNR) was sent for the current gap: no other until an
+    /// in-order packet arrives (IBTA §9.7.5.2.? C9-?: one NAK per sequence error).
+    nak_sent: bool,
+    res: VecDeque<Res>,
+    out: VecDeque<Out>,
+}
+
+impl Responder {
+    /// A responder expecting `rq_psn`.
+    pub fn new(rq_psn: Psn) -> Responder {
+        Responder {
+            epsn: rq_psn,
+            ..Responder::default()
+        }
+    }
+
+    /// True when responses are waiting to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Keeps only an error NAK (when the QP enters ERR the last NAK still goes out).
+    pub fn keep_only_naks(&mut self) {
+        self.out.retain(|o| {
+            matches!(o, Out::Ack { syndrome: AethSyndrome::Nak(c), .. } if *c != NakCode::PsnSequenceError)
+        });
+    }
+
+    /// Takes the receive WQE of a message in progress (to flush it).
+    pub fn take_wqe(&mut self) -> Option<RecvWqe> {
+        match std::mem::take(&mut self.state) {
+            RecvState::InSend { wqe, .. } => Some(wqe),
+            _ => None,
+        }
+    }
+
+    fn ack(&mut self, psn: Psn, syndrome: AethSyndrome) {
+        let msn = self.msn;
+        // Coalescing: a positive ACK waiting to be sent is replaced by the newer one, which
+        // acknowledges everything the old one did (IBTA §9.7.5.1.1).
+        if syndrome.is_ack() {
+            if let Some(Out::Ack { syndrome: s, .. }) = self.out.back() {
+                if s.is_ack() {
+                    self.out.pop_back();
+                }
+            }
+        }
+        self.out.push_back(Out::Ack { psn, syndrome, msn });
+    }
+
+    fn remember(&mut self, r: Res, max: u8) {
+        while self.res.len() >= usize::from(max.max(1)) {
+            self.res.pop_front();
+        }
+        self.res.push_back(r);
+    }
+
+    fn fail(&mut self, psn: Psn, e: RespError, actions: &mut Vec<RespAction>) {
+        self.ack(psn, AethSyndrome::Nak(e.nak()));
+        let wqe = self.take_wqe();
+        actions.push(RespAction::Fatal(e, wqe));
+    }
+
+    /// Handles one request packet (IBTA §9.7.4.2 / §9.7.5.1).
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle(
+        &mut self,
+        ctx: &RespCtx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        repr: &RoceRepr,
+        payload: &[u8],
+        actions: &mut Vec<RespAction>,
+        count: &mut dyn FnMut(Counter),
+    ) {
+        let psn = repr.bth.psn;
+        let d = self.epsn.distance(psn);
+        if d > 0 {
+            // IBTA §9.7.5.1.1 / C9-?: a PSN after the expected one is a sequence error; NAK
+            // once per gap with the expected PSN, then drop until the gap closes.
+            if !self.nak_sent {
+                self.nak_sent = true;
+                count(Counter::SeqErrNaksSent);
+                self.ack(self.epsn, AethSyndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            count(Counter::DuplicateRequests);
+            self.duplicate(ctx, repr, count);
+            return;
+        }
+        self.execute(ctx, rq, repr, payload, actions, count);
+    }
+
+    /// IBTA §9.7.5.1.2: duplicates are answered, never executed again.
+    fn duplicate(&mut self, ctx: &RespCtx<'_>, repr: &RoceRepr, _count: &mut dyn FnMut(Counter)) {
+        let psn = repr.bth.psn;
+        let Some(info) = repr.info() else { return };
+        match info.operation {
+            // C9-105: a duplicate SEND or WRITE is acknowledged again (with the last PSN
+            // received, as rxe does), not executed.
+            Operation::Send | Operation::RdmaWrite => {
+                self.ack(
+                    self.epsn.wrapping_sub(1),
+                    AethSyndrome::Ack {
+                        credit_count: AethSyndrome::CREDITS_INVALID,
+                    },
+                );
+            }
+            // A duplicate READ is answered again from the responder resources, from its own
+            // PSN, address and length (the requester may ask for the rest only).
+            Operation::RdmaReadRequest => {
+                let Some(reth) = repr.reth else { return };
+                let found = self.res.iter().find_map(|r| match *r {
+                    Res::Read { first, last, msn }
+                        if first.distance(psn) >= 0 && psn.distance(last) >= 0 =>
+                    {
+                        Some((first, msn, last))
+                    }
+                    _ => None,
+                });
+                let Some((rfirst, msn, last)) = found else {
+                    return;
+                };
+                let npkts = super::requester::packets_for(reth.dma_len, ctx.mtu);
+                if psn.wrapping_add(npkts - 1) != last {
+                    return; // not the rest of that READ
+                }
+                let Ok(mr) = ctx.dev.with_mrs(|t| {
+                    t.check_remote(
+                        ctx.pd,
+                        reth.r_key,
+                        reth.va,
+                        reth.dma_len.into(),
+                        AccessFlags::REMOTE_READ,
+                    )
+                }) else {
+                    return;
+                };
+                // A response of the same READ still queued is superseded.
+                self.out.retain(|o| {
+                    !matches!(o, Out::Read { first, .. } if rfirst.distance(*first) >= 0 && first.distance(last) >= 0)
+                });
+                self.out.push_back(Out::Read {
+                    first: psn,
+                    next: 0,
+                    npkts,
+                    mr,
+                    va: reth.va,
+                    len: reth.dma_len,
+                    msn,
+                });
+            }
+            // A duplicate atomic gets the original value from the replay cache; it is never
+            // executed twice (IBTA §9.4.5 / §9.7.5.1.2).
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let found = self.res.iter().find_map(|r| match *r {
+                    Res::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
+                    _ => None,
+                });
+                if let Some((orig, msn)) = found {
+                    self.out.push_back(Out::AtomicAck { psn, orig, msn });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn take_recv_wqe(ctx: &RespCtx<'_>, rq: &mut VecDeque<RecvWqe>) -> Option<RecvWqe> {
+        match ctx.srq {
+            Some(srq) => srq.take(),
+            None => rq.pop_front(),
+        }
+    }
+
+    fn has_recv_wqe(ctx: &RespCtx<'_>, rq: &VecDeque<RecvWqe>) -> bool {
+        match ctx.srq {
+            Some(srq) => !srq.is_empty(),
+            None => !rq.is_empty(),
+        }
+    }
+
+    /// An in-order request: check it, execute it, acknowledge it.
+    fn execute(
+        &mut self,
+        ctx: &RespCtx<'_>,
+        rq: &mut VecDeque<RecvWqe>,
+        repr: &RoceRepr,
+        payload: &[u8],
+        actions: &mut Vec<RespAction>,
+        count: &mut dyn FnMut(Counter),
+    ) {
+        let psn = repr.bth.psn;
+        let Some(info) = repr.info() else { return };
+        // An in-order packet closes any gap: a later one may be NAKed again.
+        self.nak_sent = false;
+        // Opcode sequence (IBTA §9.7.4.2.3): First/Only between messages, Middle/Last of
+        // the same operation inside one.
+        let continues = !info.starts_message();
+        let seq_ok = match (&self.state, info.operation) {
+            (RecvState::Idle, _) => !continues,
+            (RecvState::InSend { .. }, Operation::Send) => continues,
+            (RecvState::InWrite { .. }, Operation::RdmaWrite) => continues,
+            _ => false,
+        };
+        if !seq_ok {
+            return self.fail(psn, RespError::OpcodeSequence, actions);
+        }
+        if check_payload_len(repr.bth.opcode, payload.len(), ctx.mtu).is_err() {
+            return self.fail(psn, RespError::BadLength, actions);
+        }
+        let needs = match info.operation {
+            Operation::Send => None,
+            Operation::RdmaWrite => Some(AccessFlags::REMOTE_WRITE),
+            Operation::RdmaReadRequest => Some(AccessFlags::REMOTE_READ),
+            Operation::CompareSwap | Operation::FetchAdd => Some(AccessFlags::REMOTE_ATOMIC),
+            _ => return self.fail(psn, RespError::Unsupported, actions),
+        };
+        if needs.is_some_and(|n| !ctx.access.contains(n)) {
+            return self.fail(psn, RespError::Unsupported, actions);
+        }
+        // A message that consumes a receive WQE (SEND First/Only, WRITE with immediate Last
+        // or Only) needs one before anything is executed, or the packet gets an RNR NAK
+        // (IBTA §9.7.5.2.8) and is not executed.
+        let consumes_at_start = info.operation == Operation::Send && info.starts_message();
+        let consumes_at_end = info.operation == Operation::RdmaWrite && info.has_immediate();
+        if (consumes_at_start || consumes_at_end) && !Self::has_recv_wqe(ctx, rq) {
+            if !self.nak_sent {
+                self.nak_sent = true;
+                count(Counter::RnrNaksSent);
+                self.ack(
+                    psn,
+                    AethSyndrome::RnrNak {
+                        timer: ctx.min_rnr_timer,
+                    },
+                );
+            }
+            return;
+        }
+        let ack_req = repr.bth.ack_req;
+        let mut npsn = 1;
+        match info.operation {
+            Operation::Send => {
+                if consumes_at_start {
+                    let wqe = Self::take_recv_wqe(ctx, rq).expect("checked above");
+                    self.state = RecvState::InSend { wqe, offset: 0 };
+                }
+                let RecvState::InSend { wqe, offset } = &mut self.state else {
+                    unreachable!("sequence checked")
+                };
+                let r = if super::packet::sge_len(&wqe.wr.sg_list)
+                    < u64::from(*offset) + payload.len() as u64
+                {
+                    Err(SgeError::TooLong)
+                } else {
+                    scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, (*offset).into(), payload)
+                };
+                match r {
+                    Ok(()) => *offset += payload.len() as u32,
+                    Err(SgeError::TooLong) => {
+                        return self.fail(psn, RespError::RecvTooLong, actions)
+                    }
+                    Err(SgeError::Fault(_)) => {
+                        return self.fail(psn, RespError::RecvProtection, actions)
+                    }
+                }
+                if info.ends_message() {
+                    let RecvState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
+                        unreachable!()
+                    };
+                    let mut wc = WorkCompletion {
+                        wr_id: wqe.wr.wr_id,
+                        opcode: WcOpcode::Recv,
+                        byte_len: offset,
+                        qp_num: ctx.qpn,
+                        src_qp: ctx.src_qp,
+                        ..Default::default()
+                    };
+                    if let Some(imm) = repr.immdt {
+                        wc.wc_flags |= WcFlags::WITH_IMM;
+                        wc.imm_data = imm.imm_data;
+                    }
+                    if let Some(ieth) = repr.ieth {
+                        // Memory windows come later: the R_Key is reported, not invalidated.
+                        wc.wc_flags |= WcFlags::WITH_INV;
+                        wc.imm_data = ieth.r_key;
+                    }
+                    self.msn = (self.msn + 1) & MSN_MASK;
+                    actions.push(RespAction::Recv(wc, repr.bth.solicited));
+                }
+            }
+            Operation::RdmaWrite => {
+                if let Some(reth) = repr.reth {
+                    // IBTA §9.7.4.1.4: the R_Key is checked once, at the first packet, for the
+                    // whole DMA length; a zero-length WRITE checks nothing.
+                    let mr = match ctx.dev.with_mrs(|t| {
+                        t.check_remote(
+                            ctx.pd,
+                            reth.r_key,
+                            reth.va,
+                            reth.dma_len.into(),
+                            AccessFlags::REMOTE_WRITE,
+                        )
+                    }) {
+                        Ok(mr) => mr,
+                        Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
+                    };
+                    self.state = RecvState::InWrite {
+                        mr,
+                        va: reth.va,
+                        remaining: reth.dma_len,
+                        total: reth.dma_len,
+                    };
+                }
+                let RecvState::InWrite {
+                    mr, va, remaining, ..
+                } = &mut self.state
+                else {
+                    unreachable!("sequence checked")
+                };
+                let n = payload.len() as u32;
+                // The packets must add up to the DMA length exactly (C9-?? length checks).
+                if n > *remaining || (info.ends_message() && n != *remaining) {
+                    return self.fail(psn, RespError::BadLength, actions);
+                }
+                if n > 0 {
+                    if let Some(mr) = mr {
+                        let _ = mr.write(*va - mr.addr(), payload);
+                    }
+                }
+                *va += u64::from(n);
+                *remaining -= n;
+                if info.ends_message() {
+                    let RecvState::InWrite { total, .. } = std::mem::take(&mut self.state) else {
+                        unreachable!()
+                    };
+                    if consumes_at_end {
+                        let wqe = Self::take_recv_wqe(ctx, rq).expect("checked above");
+                        let wc = WorkCompletion {
+                            wr_id: wqe.wr.wr_id,
+                            opcode: WcOpcode::RecvRdmaWithImm,
+                            byte_len: total,
+                            qp_num: ctx.qpn,
+                            src_qp: ctx.src_qp,
+                            wc_flags: WcFlags::WITH_IMM,
+                            imm_data: repr.immdt.map_or(0, |i| i.imm_data),
+                            ..Default::default()
+                        };
+                        actions.push(RespAction::Recv(wc, repr.bth.solicited));
+                    }
+                    self.msn = (self.msn + 1) & MSN_MASK;
+                }
+            }
+            Operation::RdmaReadRequest => {
+                let Some(reth) = repr.reth else { return };
+                let mr = match ctx.dev.with_mrs(|t| {
+                    t.check_remote(
+                        ctx.pd,
+                        reth.r_key,
+                        reth.va,
+                        reth.dma_len.into(),
+                        AccessFlags::REMOTE_READ,
+                    )
+                }) {
+                    Ok(mr) => mr,
+                    Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
+                };
+                // IBTA §9.7.4.1.3: a READ consumes one PSN per response packet.
+                let npkts = super::requester::packets_for(reth.dma_len, ctx.mtu);
+                npsn = npkts;
+                self.msn = (self.msn + 1) & MSN_MASK;
+                let last = psn.wrapping_add(npkts - 1);
+                self.remember(
+                    Res::Read {
+                        first: psn,
+                        last,
+                        msn: self.msn,
+                    },
+                    ctx.max_dest_rd_atomic,
+                );
+                self.out.push_back(Out::Read {
+                    first: psn,
+                    next: 0,
+                    npkts,
+                    mr,
+                    va: reth.va,
+                    len: reth.dma_len,
+                    msn: self.msn,
+                });
+            }
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let Some(a) = repr.atomic_eth else { return };
+                if a.va % 8 != 0 {
+                    return self.fail(psn, RespError::MisalignedAtomic, actions);
+                }
+                let mr = match ctx.dev.with_mrs(|t| {
+                    t.check_remote(ctx.pd, a.r_key, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                }) {
+                    Ok(Some(mr)) => mr,
+                    Ok(None) => return,
+                    Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
+                };
+                let r = if info.operation == Operation::CompareSwap {
+                    mr.compare_and_swap(a.va, a.compare_data, a.swap_add_data)
+                } else {
+                    mr.fetch_add(a.va, a.swap_add_data)
+                };
+                let orig = match r {
+                    Ok(v) => v,
+                    Err(AccessFault::Misaligned { .. }) => {
+                        return self.fail(psn, RespError::MisalignedAtomic, actions)
+                    }
+                    Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
+                };
+                self.msn = (self.msn + 1) & MSN_MASK;
+                self.remember(
+                    Res::Atomic {
+                        psn,
+                        orig,
+                        msn: self.msn,
+                    },
+                    ctx.max_dest_rd_atomic,
+                );
+                self.out.push_back(Out::AtomicAck {
+                    psn,
+                    orig,
+                    msn: self.msn,
+                });
+            }
+            _ => unreachable!("filtered above"),
+        }
+        self.epsn = self.epsn.wrapping_add(npsn);
+        self.nak_sent = false;
+        // IBTA §9.7.5.1.1 (C9-?): every packet with AckReq is acknowledged; READs and atomics
+        // are acknowledged by their responses.
+        if ack_req && matches!(info.operation, Operation::Send | Operation::RdmaWrite) {
+            self.ack(
+                psn,
+                AethSyndrome::Ack {
+                    credit_count: AethSyndrome::CREDITS_INVALID,
+                },
+            );
+        }
+    }
+
+    /// Builds the next response packet into `buf`. Returns its length and what it was
+    /// (for the counters), or `None` when nothing is queued.
+    pub fn poll_transmit(
+        &mut self,
+        dest_qpn: u32,
+        mtu: Mtu,
+        route: Route,
+        buf: &mut [u8],
+    ) -> Option<(usize, Counter)> {
+        let front = self.out.front_mut()?;
+        let mut bth = BthRepr {
+            p_key: crate::device::DEFAULT_PKEY,
+            dest_qpn,
+            ..BthRepr::default()
+        };
+        let mut repr = RoceRepr::default();
+        let (len, what, done) = match front {
+            Out::Ack { psn, syndrome, msn } => {
+                bth.opcode = Opcode::RC_ACKNOWLEDGE;
+                bth.psn = *psn;
+                repr.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+                repr.bth = bth;
+                let len = emit::<()>(&repr, route, buf, |_| Ok(())).ok()?;
+                (len, Counter::AcksSent, true)
+            }
+            Out::AtomicAck { psn, orig, msn } => {
+                bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                bth.psn = *psn;
+                repr.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::default(),
+                    msn: *msn,
+                });
+                repr.atomic_ack_eth = Some(AtomicAckEthRepr {
+                    orig_remote_data: *orig,
+                });
+                repr.bth = bth;
+                let len = emit::<()>(&repr, route, buf, |_| Ok(())).ok()?;
+                (len, Counter::AtomicAcksSent, true)
+            }
+            Out::Read {
+                first,
+                next,
+                npkts,
+                mr,
+                va,
+                len,
+                msn,
+            } => {
+                let k = *next;
+                let m = mtu.bytes() as u32;
+                let off = k * m;
+                let plen = (*len - off.min(*len)).min(m);
+                let last = k + 1 == *npkts;
+                let pos = match (k == 0, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, false) => Position::Middle,
+                    (false, true) => Position::Last,
+                };
+                bth.opcode = match pos {
+                    Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                };
+                bth.psn = first.wrapping_add(k);
+                bth.pad_count = uroce_wire::pad_len(plen as usize);
+                // IBTA §9.3.5: First, Last and Only carry an AETH with the READ's MSN.
+                if pos != Position::Middle {
+                    repr.aeth = Some(AethRepr {
+                        syndrome: AethSyndrome::default(),
+                        msn: *msn,
+                    });
+                }
+                repr.bth = bth;
+                repr.payload_len = plen as usize;
+                let src = (mr.clone(), *va + u64::from(off));
+                let n = emit::<()>(&repr, route, buf, |p| {
+                    if let (Some(mr), false) = (&src.0, p.is_empty()) {
+                        let _ = mr.read(src.1 - mr.addr(), p);
+                    }
+                    Ok(())
+                })
+                .ok()?;
+                *next += 1;
+                (n, Counter::ReadResponsesSent, last)
+            }
+        };
+        if done {
+            self.out.pop_front();
+        }
+        Some((len, what))
+    }
+}

@@ -1,0 +1,605 @@
+//! The UDP backend and the progress engine over real loopback sockets.
+//!
+//! Every test binds its own 127.11.x.y addresses (all of 127.0.0.0/8 is loopback on
+//! Linux, no setup needed), so tests run in parallel without fighting over port 4791.
+//! No sleeps: tests wait for conditions with a bounded deadline.
+
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+use uroce_provider::backend::udp::{interface_of, UdpBackend, UdpConfig, UdpSockets};
+use uroce_provider::backend::{Backend, BackendError, IcrcPolicy, SansIo};
+use uroce_provider::device::{Device, DeviceConfig};
+use uroce_provider::engine::{Engine, EngineConfig, Progress};
+use uroce_provider::limits::DeviceLimits;
+use uroce_provider::time::Instant;
+use uroce_provider::{RxIcrc, Transmit, Waker};
+use uroce_wire::{IcrcIpFacts, IcrcVerdict, InvariantHeaders, Mtu};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Waits until `f` holds, at most [`WAIT`]; panics with `what` otherwise.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + WAIT;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// An RC SEND Only packet to `dest_qpn` with `payload_len` bytes of payload, its ICRC
+/// computed for `src -> dst` with IPv4 identification `ident` (DF set).
+fn roce_packet(
+    src: SocketAddr,
+    dst: SocketAddr,
+    dest_qpn: u32,
+    payload_len: usize,
+    ident: u16,
+) -> Vec<u8> {
+    let pad = (4 - payload_len % 4) % 4;
+    let mut p = vec![0u8; 12 + payload_len + pad + 4];
+    p[0] = 0x04; // RC SEND Only
+    p[1] = (pad as u8) << 4;
+    p[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
+    p[5..8].copy_from_slice(&dest_qpn.to_be_bytes()[1..]);
+    p[9..12].copy_from_slice(&[0, 0, 7]);
+    for (i, b) in p[12..12 + payload_len].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let mut facts = IcrcIpFacts::new(src, dst);
+    facts.ipv4_ident = ident;
+    let h = InvariantHeaders::from_facts(&facts, p.len()).unwrap();
+    uroce_wire::icrc::fill(&h, &mut p).unwrap();
+    p
+}
+
+/// A scripted sans-IO endpoint: sends what the test queues, records what arrives, runs
+/// one timer.
+#[derive(Default)]
+struct Scripted {
+    out: Mutex<VecDeque<(IpAddr, u16, Vec<u8>)>>,
+    got: Mutex<Vec<(SocketAddr, Vec<u8>, RxIcrc)>>,
+    cv: Condvar,
+    waker: Mutex<Option<Waker>>,
+    timer: Mutex<Option<Instant>>,
+    fired: Mutex<Vec<(Instant, Instant)>>,
+}
+
+impl Scripted {
+    fn queue(&self, dst: IpAddr, src_port: u16, pkt: Vec<u8>) {
+        self.out.lock().push_back((dst, src_port, pkt));
+        let w = self.waker.lock().clone();
+        if let Some(w) = w {
+            w();
+        }
+    }
+
+    fn wait_for(&self, n: usize) -> Vec<(SocketAddr, Vec<u8>, RxIcrc)> {
+        let mut g = self.got.lock();
+        let end = std::time::Instant::now() + WAIT;
+        while g.len() < n {
+            assert!(
+                !self.cv.wait_until(&mut g, end).timed_out(),
+                "timed out: {} of {n} datagrams arrived",
+                g.len()
+            );
+        }
+        g.clone()
+    }
+}
+
+impl SansIo for Scripted {
+    fn handle_datagram(&self, _now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
+        self.got.lock().push((src, payload.to_vec(), icrc));
+        self.cv.notify_all();
+    }
+    fn poll_transmit(&self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (dst, src_port, p) = self.out.lock().pop_front()?;
+        buf[..p.len()].copy_from_slice(&p);
+        Some(Transmit {
+            dst,
+            src_port,
+            len: p.len(),
+        })
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        *self.timer.lock()
+    }
+    fn handle_timeout(&self, now: Instant) {
+        let mut t = self.timer.lock();
+        if let Some(d) = *t {
+            if d <= now {
+                self.fired.lock().push((d, now));
+                *t = None;
+                self.cv.notify_all();
+            }
+        }
+    }
+    fn set_waker(&self, waker: Waker) {
+        *self.waker.lock() = Some(waker);
+    }
+    fn has_pending_transmit(&self) -> bool {
+        !self.out.lock().is_empty()
+    }
+}
+
+fn engine_on(addr: &str, udp: UdpConfig, progress: Progress) -> (Arc<Scripted>, Engine) {
+    let s = Arc::new(Scripted::default());
+    let sockets = UdpSockets::open(ip(addr), &udp).unwrap();
+    let cfg = EngineConfig {
+        progress,
+        ..EngineConfig::default()
+    };
+    let e = Engine::start(s.clone(), sockets, cfg).unwrap();
+    (s, e)
+}
+
+fn thread() -> Progress {
+    Progress::Thread {
+        busy_poll: Duration::ZERO,
+    }
+}
+
+#[test]
+fn two_engines_exchange_datagrams_from_per_qp_source_ports() {
+    let (a, ea) = engine_on("127.11.0.1", UdpConfig::default(), thread());
+    let (b, eb) = engine_on("127.11.0.2", UdpConfig::default(), Progress::default());
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    let ports = [
+        uroce_provider::qp_src_port(0x12),
+        uroce_provider::qp_src_port(0x345),
+    ];
+    for i in 0..100usize {
+        let port = ports[i % 2];
+        let src = SocketAddr::new(pa.ip(), port);
+        a.queue(pb.ip(), port, roce_packet(src, pb, 0x99, 64 + i, 0));
+    }
+    let got = b.wait_for(100);
+    for (i, (src, payload, icrc)) in got.iter().enumerate() {
+        assert_eq!(src.ip(), pa.ip());
+        assert!(ports.contains(&src.port()), "source port {}", src.port());
+        assert_eq!(*icrc, RxIcrc::Verified(IcrcVerdict::Ok), "datagram {i}");
+        assert!(payload.len() >= 12 + 64);
+    }
+    // Per-port order is kept.
+    for port in ports {
+        let lens: Vec<usize> = got
+            .iter()
+            .filter(|g| g.0.port() == port)
+            .map(|g| g.1.len())
+            .collect();
+        assert!(lens.windows(2).all(|w| w[0] <= w[1]), "{lens:?}");
+    }
+    let sa = ea.stats();
+    assert_eq!(sa.udp.tx_datagrams, 100);
+    assert_eq!(sa.udp.source_sockets, 2);
+    assert_eq!(sa.udp.icrc_rewrites, 0);
+    assert_eq!(eb.stats().udp.rx_datagrams, 100);
+    // And back, B to A, with the waker path of a sleeping thread.
+    let src = SocketAddr::new(pb.ip(), ports[0]);
+    b.queue(pa.ip(), ports[0], roce_packet(src, pa, 0x77, 8, 0));
+    assert_eq!(a.wait_for(1)[0].2, RxIcrc::Verified(IcrcVerdict::Ok));
+}
+
+#[test]
+fn without_source_sockets_packets_leave_from_4791_with_a_rewritten_icrc() {
+    let udp = UdpConfig {
+        source_sockets: 0,
+        ..UdpConfig::default()
+    };
+    let (a, ea) = engine_on("127.11.1.1", udp, thread());
+    let (b, eb) = engine_on("127.11.1.2", UdpConfig::default(), thread());
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    let port = uroce_provider::qp_src_port(0x4242);
+    for _ in 0..5 {
+        a.queue(
+            pb.ip(),
+            port,
+            roce_packet(SocketAddr::new(pa.ip(), port), pb, 3, 100, 0),
+        );
+    }
+    for (src, _, icrc) in b.wait_for(5) {
+        assert_eq!(src, pa, "sent from the 4791 socket");
+        assert_eq!(
+            icrc,
+            RxIcrc::Verified(IcrcVerdict::Ok),
+            "ICRC recomputed for port 4791"
+        );
+    }
+    assert_eq!(ea.stats().udp.icrc_rewrites, 5);
+    assert_eq!(ea.stats().udp.source_sockets, 0);
+}
+
+#[test]
+fn a_sleeping_engine_is_woken_by_the_waker_and_fires_timers() {
+    let (a, ea) = engine_on("127.11.2.1", UdpConfig::default(), thread());
+    let (b, eb) = engine_on("127.11.2.2", UdpConfig::default(), thread());
+    wait_until("engine A to sleep", || ea.stats().sleeps > 0);
+    let pb = eb.local_addr();
+    let port = uroce_provider::qp_src_port(9);
+    let src = SocketAddr::new(ea.local_addr().ip(), port);
+    a.queue(pb.ip(), port, roce_packet(src, pb, 5, 16, 0));
+    b.wait_for(1);
+    assert!(ea.stats().wakeups >= 1, "the waker wrote the eventfd");
+    // A timer 2 ms ahead: the sleeping thread wakes for it, never before its deadline.
+    let deadline = ea.now() + Duration::from_millis(2);
+    *a.timer.lock() = Some(deadline);
+    a.queue(pb.ip(), port, roce_packet(src, pb, 5, 16, 0)); // wakes it to see the timer
+    wait_until("the timer to fire", || !a.fired.lock().is_empty());
+    let (d, now) = a.fired.lock()[0];
+    assert_eq!(d, deadline);
+    assert!(now >= deadline);
+    assert!(ea.stats().timer_fires >= 1);
+}
+
+#[test]
+fn polled_mode_makes_progress_only_when_asked() {
+    let (a, ea) = engine_on("127.11.3.1", UdpConfig::default(), Progress::Polled);
+    let (b, eb) = engine_on("127.11.3.2", UdpConfig::default(), Progress::Polled);
+    let pb = eb.local_addr();
+    let port = uroce_provider::qp_src_port(1);
+    let src = SocketAddr::new(ea.local_addr().ip(), port);
+    a.queue(pb.ip(), port, roce_packet(src, pb, 5, 16, 0));
+    assert_eq!(ea.stats().udp.tx_datagrams, 0, "no thread sends by itself");
+    assert!(ea.progress());
+    assert_eq!(ea.stats().udp.tx_datagrams, 1);
+    wait_until("B to receive through progress()", || {
+        eb.progress();
+        !b.got.lock().is_empty()
+    });
+}
+
+#[test]
+fn engine_shutdown_with_traffic_in_flight_does_not_hang() {
+    for round in 0..5u8 {
+        let (a, ea) = engine_on("127.11.4.1", UdpConfig::default(), Progress::default());
+        let (_b, eb) = engine_on("127.11.4.2", UdpConfig::default(), thread());
+        let pb = eb.local_addr();
+        let port = uroce_provider::qp_src_port(u32::from(round));
+        let src = SocketAddr::new(ea.local_addr().ip(), port);
+        for _ in 0..500 {
+            a.queue(pb.ip(), port, roce_packet(src, pb, 5, 1024, 0));
+        }
+        drop(eb);
+        drop(ea);
+        // The sockets are closed: the addresses can be opened again at once.
+        UdpSockets::open(ip("127.11.4.2"), &UdpConfig::default()).unwrap();
+        // The waker left behind is a harmless no-op.
+        a.queue(pb.ip(), port, vec![0; 16]);
+    }
+}
+
+#[test]
+fn port_taken_refusal_names_address_port_and_cause() {
+    let _holder = UdpSocket::bind("127.11.5.1:4791").unwrap();
+    let err = UdpSockets::open(ip("127.11.5.1"), &UdpConfig::default()).unwrap_err();
+    assert!(
+        matches!(err, BackendError::PortInUse { port: 4791, .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    for needle in ["127.11.5.1", "4791", "rdma_rxe", "already in use"] {
+        assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
+    }
+    assert_eq!(err.errno(), libc::EADDRINUSE);
+    // Through the backend, before any device exists.
+    let cfg = DeviceConfig::new("taken", ip("127.11.5.1"));
+    let err = UdpBackend::default()
+        .open(cfg, DeviceLimits::DEFAULT)
+        .unwrap_err();
+    assert!(matches!(err, BackendError::PortInUse { .. }));
+}
+
+#[test]
+fn non_local_and_bad_addresses_are_refused_clearly() {
+    let err = UdpSockets::open(ip("192.0.2.77"), &UdpConfig::default()).unwrap_err();
+    assert!(
+        matches!(err, BackendError::AddressNotLocal { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("192.0.2.77"));
+    let err = UdpSockets::open(ip("0.0.0.0"), &UdpConfig::default()).unwrap_err();
+    assert!(matches!(err, BackendError::BadAddress { .. }), "{err:?}");
+    let bad = UdpConfig {
+        batch: 0,
+        ..UdpConfig::default()
+    };
+    assert!(matches!(
+        UdpSockets::open(ip("127.11.5.2"), &bad),
+        Err(BackendError::Config(_))
+    ));
+}
+
+#[test]
+fn loopback_interface_mtu_gives_mtu4096() {
+    let lo = interface_of(ip("127.0.0.1"))
+        .unwrap()
+        .expect("127.0.0.1 is on an interface");
+    assert_eq!(lo.name, "lo");
+    let sys = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap();
+    assert_eq!(
+        lo.mtu.to_string(),
+        sys.trim(),
+        "SIOCGIFMTU agrees with sysfs"
+    );
+    // 127.11.6.1 is not configured, but lo's 127.0.0.0/8 prefix holds it.
+    let other = interface_of(ip("127.11.6.1")).unwrap().unwrap();
+    assert_eq!(other.name, "lo");
+    let s = UdpSockets::open(ip("127.11.6.1"), &UdpConfig::default()).unwrap();
+    assert_eq!(s.interface().map(|i| i.name.as_str()), Some("lo"));
+    if lo.mtu == 65536 {
+        assert_eq!(s.active_mtu(), Mtu::Mtu4096);
+    } else {
+        println!("lo MTU is {} here, not 65536", lo.mtu);
+        assert_eq!(
+            Some(s.active_mtu()),
+            Mtu::largest_for_ip_mtu(lo.mtu as usize)
+        );
+    }
+    let fixed = UdpConfig {
+        mtu: Some(Mtu::Mtu1024),
+        ..UdpConfig::default()
+    };
+    drop(s);
+    let s = UdpSockets::open(ip("127.11.6.1"), &fixed).unwrap();
+    assert_eq!(s.active_mtu(), Mtu::Mtu1024);
+}
+
+#[test]
+fn udp_backend_sets_the_port_mtu_of_the_device() {
+    let cfg = DeviceConfig::new("mtu", ip("127.11.6.2"));
+    assert_eq!(cfg.port_mtu, Mtu::Mtu1024);
+    let opened = UdpBackend::default()
+        .open(cfg, DeviceLimits::DEFAULT)
+        .unwrap();
+    let attr = opened.device.query_port(1).unwrap();
+    let lo = interface_of(ip("127.0.0.1")).unwrap().unwrap();
+    assert_eq!(
+        Some(attr.active_mtu),
+        Mtu::largest_for_ip_mtu(lo.mtu as usize)
+    );
+    assert!(opened.driver.as_ref().unwrap().is_threaded());
+}
+
+fn device_on(
+    addr: &str,
+    icrc: IcrcPolicy,
+) -> (Arc<Device>, Arc<dyn uroce_provider::backend::Driver>) {
+    let backend = UdpBackend {
+        engine: EngineConfig {
+            icrc,
+            ..EngineConfig::default()
+        },
+        ..UdpBackend::default()
+    };
+    let o = backend
+        .open(DeviceConfig::new(addr, ip(addr)), DeviceLimits::DEFAULT)
+        .unwrap();
+    (o.device, o.driver.unwrap())
+}
+
+/// Sends `pkt` from `from` to the device, and waits until the device has counted it
+/// somewhere (every test packet names an unknown QPN, so it ends in a drop counter).
+fn send_and_settle(dev: &Device, from: &UdpSocket, pkt: &[u8]) {
+    let before = dev.counters();
+    let total =
+        |c: uroce_provider::Counters| c.unknown_qpn_drops + c.icrc_drops + c.malformed_drops;
+    let to = SocketAddr::new(dev.config().addr, 4791);
+    from.send_to(pkt, to).unwrap();
+    wait_until("the device to count the datagram", || {
+        total(dev.counters()) > total(before)
+    });
+}
+
+#[test]
+fn icrc_policy_counters_over_ipv4() {
+    for (i, policy) in [
+        IcrcPolicy::VerifyWhenPossible,
+        IcrcPolicy::Strict,
+        IcrcPolicy::Off,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let addr = format!("127.11.7.{}", 1 + i);
+        let (dev, _driver) = device_on(&addr, policy);
+        let from = UdpSocket::bind(format!("127.11.8.{}:0", 1 + i)).unwrap();
+        let src = from.local_addr().unwrap();
+        let dst = SocketAddr::new(dev.config().addr, 4791);
+        // ICRC computed for IP ID 0: what uroce sends; verifiable.
+        send_and_settle(&dev, &from, &roce_packet(src, dst, 0x55, 32, 0));
+        // ICRC computed for IP ID 0x1234 (as rxe would): not verifiable from a socket.
+        send_and_settle(&dev, &from, &roce_packet(src, dst, 0x55, 32, 0x1234));
+        // A corrupted ICRC looks the same to a socket receiver.
+        let mut bad = roce_packet(src, dst, 0x55, 32, 0);
+        *bad.last_mut().unwrap() ^= 0xff;
+        send_and_settle(&dev, &from, &bad);
+        // A runt is malformed whatever the policy.
+        send_and_settle(&dev, &from, &[0x04, 0, 0xff]);
+        let c = dev.counters();
+        match policy {
+            IcrcPolicy::VerifyWhenPossible => {
+                assert_eq!(
+                    (c.icrc_unverifiable, c.icrc_drops, c.unknown_qpn_drops),
+                    (2, 0, 3)
+                );
+            }
+            IcrcPolicy::Strict => {
+                assert_eq!(
+                    (c.icrc_unverifiable, c.icrc_drops, c.unknown_qpn_drops),
+                    (0, 2, 1)
+                );
+            }
+            IcrcPolicy::Off => {
+                assert_eq!(c.icrc_drops, 0);
+                assert!(c.icrc_unverifiable >= 3, "{c:?}");
+            }
+        }
+        if policy != IcrcPolicy::Off {
+            assert_eq!(c.malformed_drops, 1, "{policy:?}: {c:?}");
+        }
+    }
+}
+
+#[test]
+fn icrc_classification_without_sockets() {
+    let src: SocketAddr = "10.0.0.1:49153".parse().unwrap();
+    let dst: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+    let ok = roce_packet(src, dst, 7, 10, 0);
+    let rxe = roce_packet(src, dst, 7, 10, 0x4321);
+    use IcrcPolicy::*;
+    let ver = RxIcrc::Verified(IcrcVerdict::Ok);
+    assert_eq!(VerifyWhenPossible.classify(src, dst, &ok), ver);
+    assert_eq!(Strict.classify(src, dst, &ok), ver);
+    assert_eq!(
+        VerifyWhenPossible.classify(src, dst, &rxe),
+        RxIcrc::Unverifiable
+    );
+    assert!(matches!(
+        Strict.classify(src, dst, &rxe),
+        RxIcrc::Verified(IcrcVerdict::Bad { .. })
+    ));
+    assert_eq!(Off.classify(src, dst, &ok), RxIcrc::Unverifiable);
+    assert!(matches!(
+        VerifyWhenPossible.classify(src, dst, &[1, 2]),
+        RxIcrc::Facts(_)
+    ));
+    // IPv6: every covered field is known, so a bad ICRC is bad under the default too.
+    let s6: SocketAddr = "[fd00::1]:49153".parse().unwrap();
+    let d6: SocketAddr = "[fd00::2]:4791".parse().unwrap();
+    let mut p6 = roce_packet(s6, d6, 7, 10, 0);
+    assert_eq!(VerifyWhenPossible.classify(s6, d6, &p6), ver);
+    p6[12] ^= 1;
+    assert!(matches!(
+        VerifyWhenPossible.classify(s6, d6, &p6),
+        RxIcrc::Verified(IcrcVerdict::Bad { .. })
+    ));
+}
+
+/// Opens a device on ::1, or says why not.
+fn ipv6_device() -> Option<(Arc<Device>, Arc<dyn uroce_provider::backend::Driver>)> {
+    match UdpBackend::default().open(DeviceConfig::new("v6", ip("::1")), DeviceLimits::DEFAULT) {
+        Ok(o) => Some((o.device, o.driver.unwrap())),
+        Err(e @ (BackendError::NoIpv6 { .. } | BackendError::AddressNotLocal { .. })) => {
+            println!("skipped: no IPv6 loopback on this host: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn ipv6_loopback_verifies_icrc_and_accepts_zero_udp_checksum() {
+    let Some((dev, _driver)) = ipv6_device() else {
+        return;
+    };
+    let from = UdpSocket::bind("[::1]:0").unwrap();
+    let src = from.local_addr().unwrap();
+    let dst: SocketAddr = "[::1]:4791".parse().unwrap();
+    send_and_settle(&dev, &from, &roce_packet(src, dst, 0x66, 40, 0));
+    let mut bad = roce_packet(src, dst, 0x66, 40, 0);
+    bad[20] ^= 0x80;
+    send_and_settle(&dev, &from, &bad);
+    let c = dev.counters();
+    assert_eq!(
+        (c.unknown_qpn_drops, c.icrc_drops, c.icrc_unverifiable),
+        (1, 1, 0)
+    );
+
+    // rxe sends IPv6 with UDP checksum 0: craft one with a raw socket (needs CAP_NET_RAW).
+    let raw = match socket2::Socket::new(
+        socket2::Domain::IPV6,
+        socket2::Type::RAW,
+        Some(socket2::Protocol::UDP),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("skipped the zero-checksum part: no raw socket ({e}); the socket sets UDP_NO_CHECK6_RX");
+            return;
+        }
+    };
+    let fake_src: SocketAddr = "[::1]:49999".parse().unwrap();
+    let roce = roce_packet(fake_src, dst, 0x66, 40, 0);
+    let mut dgram = Vec::with_capacity(8 + roce.len());
+    dgram.extend_from_slice(&49999u16.to_be_bytes());
+    dgram.extend_from_slice(&4791u16.to_be_bytes());
+    dgram.extend_from_slice(&((8 + roce.len()) as u16).to_be_bytes());
+    dgram.extend_from_slice(&[0, 0]); // zero UDP checksum
+    dgram.extend_from_slice(&roce);
+    let before = dev.counters().unknown_qpn_drops;
+    raw.send_to(
+        &dgram,
+        &socket2::SockAddr::from("[::1]:0".parse::<SocketAddr>().unwrap()),
+    )
+    .unwrap();
+    wait_until("the zero-checksum datagram to be accepted", || {
+        dev.counters().unknown_qpn_drops > before
+    });
+    assert_eq!(dev.counters().icrc_drops, 1, "its ICRC verified");
+}
+
+#[test]
+fn timers_fire_while_datagrams_flood_in() {
+    let (b, eb) = engine_on("127.11.9.1", UdpConfig::default(), Progress::default());
+    let to = eb.local_addr();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.11.9.2:0").unwrap();
+            let src = s.local_addr().unwrap();
+            let pkt = roce_packet(src, to, 0x1, 64, 0);
+            let end = std::time::Instant::now() + WAIT;
+            let mut n = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire)
+                && std::time::Instant::now() < end
+            {
+                let _ = s.send_to(&pkt, to);
+                n += 1;
+            }
+            n
+        })
+    };
+    wait_until("the flood to arrive", || eb.stats().udp.rx_datagrams > 1000);
+    let deadline = eb.now() + Duration::from_millis(1);
+    *b.timer.lock() = Some(deadline);
+    wait_until("the timer to fire under load", || {
+        !b.fired.lock().is_empty()
+    });
+    let rx_at_fire = eb.stats().udp.rx_datagrams;
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let sent = flood.join().unwrap();
+    let (d, now) = b.fired.lock()[0];
+    assert!(now >= d);
+    assert!(
+        rx_at_fire > 1000 && sent > rx_at_fire / 2,
+        "{rx_at_fire} of {sent}"
+    );
+}
+
+#[test]
+fn a_source_port_held_by_another_socket_falls_back_to_4791_with_a_good_icrc() {
+    let port = uroce_provider::qp_src_port(0xabc);
+    let _holder = UdpSocket::bind(("127.11.10.1", port)).unwrap();
+    let (a, ea) = engine_on("127.11.10.1", UdpConfig::default(), thread());
+    let (b, eb) = engine_on("127.11.10.2", UdpConfig::default(), thread());
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    a.queue(
+        pb.ip(),
+        port,
+        roce_packet(SocketAddr::new(pa.ip(), port), pb, 3, 100, 0),
+    );
+    let (src, _, icrc) = b.wait_for(1).remove(0);
+    assert_eq!(src, pa);
+    assert_eq!(icrc, RxIcrc::Verified(IcrcVerdict::Ok));
+    assert_eq!(ea.stats().udp.icrc_rewrites, 1);
+}
