@@ -67,6 +67,7 @@ pub(crate) fn sum_words(sum: u32, data: &[u8]) -> u32 {
 }
 
 /// Folds a sum from [`sum_words`] to 16 bits and complements it (RFC 1071).
+#[inline]
 pub(crate) fn fold_checksum(mut sum: u32) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -79,6 +80,18 @@ pub(crate) fn fold_checksum(mut sum: u32) -> u16 {
 /// yields 0.
 pub fn internet_checksum(data: &[u8]) -> u16 {
     fold_checksum(sum_words(0, data))
+}
+
+/// [`Ipv4Packet::verify_checksum`] for a header without options, from a fixed-size array.
+#[inline(always)]
+pub(crate) fn header_checksum_ok(h: &[u8; HEADER_LEN]) -> bool {
+    let mut acc = 0u32;
+    let mut i = 0;
+    while i < HEADER_LEN {
+        acc += u32::from(u16::from_be_bytes([h[i], h[i + 1]]));
+        i += 2;
+    }
+    fold_checksum(acc) == 0
 }
 
 /// A read/write view of an IPv4 packet (header, options and payload).

@@ -119,8 +119,21 @@ impl Opcode {
 
     /// The opcode's entry in [`OPCODES`], or `None` for an opcode this crate does not know
     /// (reserved, RD, XRC or manufacturer-specific).
+    #[inline]
     pub fn info(self) -> Option<&'static OpcodeInfo> {
         OPCODE_INDEX[self.0 as usize].as_ref()
+    }
+
+    /// The packet layout of a known opcode in one table lookup: BTH plus extended headers
+    /// in bytes ([`OpcodeInfo::header_len`]) and [`OpcodeInfo::has_payload`].
+    #[inline]
+    pub(crate) fn layout(self) -> Option<(usize, bool)> {
+        let l = LAYOUT_INDEX[usize::from(self.0)];
+        if l == 0 {
+            None
+        } else {
+            Some((usize::from(l & LAYOUT_LEN_MASK), l & LAYOUT_PAYLOAD != 0))
+        }
     }
 
     /// The raw opcode byte.
@@ -545,6 +558,32 @@ const fn build_index(entries: &[OpcodeInfo]) -> [Option<OpcodeInfo>; 256] {
 /// [`OPCODES`] indexed by opcode byte, built at compile time.
 static OPCODE_INDEX: [Option<OpcodeInfo>; 256] = build_index(OPCODE_LIST);
 
+/// [`LAYOUT_INDEX`] bit: the opcode may carry a payload.
+const LAYOUT_PAYLOAD: u8 = 0x80;
+/// [`LAYOUT_INDEX`] bits: BTH plus extended headers, in bytes.
+const LAYOUT_LEN_MASK: u8 = 0x7f;
+
+const fn build_layout(entries: &[OpcodeInfo]) -> [u8; 256] {
+    let mut index = [0u8; 256];
+    let mut i = 0;
+    while i < entries.len() {
+        let len = entries[i].header_len();
+        assert!(len >= BTH_LEN && len <= LAYOUT_LEN_MASK as usize);
+        let payload = if entries[i].has_payload {
+            LAYOUT_PAYLOAD
+        } else {
+            0
+        };
+        index[entries[i].opcode.0 as usize] = len as u8 | payload;
+        i += 1;
+    }
+    index
+}
+
+/// Per opcode byte, for the packet parser: [`OpcodeInfo::header_len`] in the low 7 bits,
+/// [`OpcodeInfo::has_payload`] in the top bit; 0 for an unknown opcode.
+static LAYOUT_INDEX: [u8; 256] = build_layout(OPCODE_LIST);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,6 +685,18 @@ mod tests {
             assert_eq!(Opcode(b).info().is_some(), known.contains(&b), "{b:#04x}");
         }
         assert_eq!(OPCODES.len(), EXPECTED.len());
+    }
+
+    #[test]
+    fn layout_index_agrees_with_info() {
+        for b in 0..=255u8 {
+            let op = Opcode(b);
+            assert_eq!(
+                op.layout(),
+                op.info().map(|i| (i.header_len(), i.has_payload)),
+                "{b:#04x}"
+            );
+        }
     }
 
     #[test]

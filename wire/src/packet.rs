@@ -55,6 +55,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     }
 
     /// Wraps received bytes after [`RocePacket::check`].
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<RocePacket<T>> {
         let p = RocePacket { buffer };
         p.check()?;
@@ -72,38 +73,9 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     /// - an opcode without payload has nothing there ([`Error::UnexpectedPayload`]).
     ///
     /// Payload length against the path MTU is [`check_payload_len`]'s job.
+    #[inline]
     pub fn check(&self) -> Result<()> {
-        let buf = self.buffer.as_ref();
-        let len = buf.len();
-        check_len("bth", BTH_LEN, len)?;
-        let bth = BthPacket::new_unchecked(buf);
-        let tver = bth.transport_version();
-        if tver != 0 {
-            return Err(Error::BadTransportVersion(tver));
-        }
-        let op = bth.opcode();
-        let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
-        let mut end = BTH_LEN;
-        for h in info.headers {
-            end += h.wire_len();
-            check_len(h.name(), end, len)?;
-        }
-        check_len("icrc", end + ICRC_LEN, len)?;
-        let between = len - end - ICRC_LEN;
-        let pad = bth.pad_count();
-        if usize::from(pad) > between {
-            return Err(Error::PadBeyondPayload {
-                pad,
-                available: between,
-            });
-        }
-        if !info.has_payload && between != 0 {
-            return Err(Error::UnexpectedPayload {
-                opcode: op.0,
-                len: between,
-            });
-        }
-        Ok(())
+        check_layout(self.buffer.as_ref()).map(|_| ())
     }
 
     /// The wrapped buffer.
@@ -329,6 +301,80 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> RocePacket<T> {
     }
 }
 
+/// What [`check_layout`] found: where the payload is.
+#[derive(Clone, Copy)]
+struct Layout {
+    /// BTH plus extended headers, in bytes: the payload offset.
+    header_len: usize,
+    /// Payload bytes, pad excluded.
+    payload_len: usize,
+}
+
+/// [`RocePacket::check`]: one table lookup gives the opcode's header length; the BTH is
+/// returned for the caller to read without further length checks.
+#[inline(always)]
+fn check_layout(buf: &[u8]) -> Result<(&[u8; BTH_LEN], Layout)> {
+    let len = buf.len();
+    let Some(bth) = buf.first_chunk::<BTH_LEN>() else {
+        return Err(Error::Truncated {
+            layer: "bth",
+            needed: BTH_LEN,
+            got: len,
+        });
+    };
+    let flags = BthPacket::new_unchecked(bth.as_slice());
+    let tver = flags.transport_version();
+    if tver != 0 {
+        return Err(Error::BadTransportVersion(tver));
+    }
+    let op = Opcode(bth[0]);
+    let Some((header_len, has_payload)) = op.layout() else {
+        return Err(Error::UnknownOpcode(op.0));
+    };
+    let Some(between) = len.checked_sub(header_len + ICRC_LEN) else {
+        return Err(missing_header(op, len));
+    };
+    let pad = flags.pad_count();
+    if usize::from(pad) > between {
+        return Err(Error::PadBeyondPayload {
+            pad,
+            available: between,
+        });
+    }
+    if !has_payload && between != 0 {
+        return Err(Error::UnexpectedPayload {
+            opcode: op.0,
+            len: between,
+        });
+    }
+    Ok((
+        bth,
+        Layout {
+            header_len,
+            payload_len: between - usize::from(pad),
+        },
+    ))
+}
+
+/// The error for a packet of a known opcode `op` too short (`len` bytes) for its headers
+/// and ICRC: [`Error::Truncated`] naming the first missing header.
+#[cold]
+#[inline(never)]
+fn missing_header(op: Opcode, len: usize) -> Error {
+    let mut end = BTH_LEN;
+    for h in op.info().map_or(&[][..], |i| i.headers) {
+        end += h.wire_len();
+        if let Err(e) = check_len(h.name(), end, len) {
+            return e;
+        }
+    }
+    Error::Truncated {
+        layer: "icrc",
+        needed: end + ICRC_LEN,
+        got: len,
+    }
+}
+
 /// The meaning of a RoCEv2 transport packet: the BTH, each extended header the opcode
 /// carries (`Some` exactly for those, per [`crate::opcode::OPCODES`]), and the payload
 /// length. The payload bytes themselves stay in the buffer (no copy when parsing).
@@ -366,18 +412,73 @@ impl RoceRepr {
     /// Reads a packet: [`RocePacket::check`] again (so an unchecked view is safe too), then
     /// each header. Errors: those of `check`, and [`Error::Reserved`] for a reserved AETH
     /// syndrome.
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(packet: &RocePacket<T>) -> Result<RoceRepr> {
-        packet.check()?;
-        let buf = packet.as_bytes();
-        let op = packet.opcode();
-        let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
+        let bytes = packet.as_bytes();
+        let (bth, layout) = check_layout(bytes)?;
+        RoceRepr::from_layout(bytes, bth, layout)
+    }
+
+    /// Checks and reads received bytes in one go: `RocePacket::new_checked(bytes)` then
+    /// [`RoceRepr::parse`], walking the layout once, and returns the payload (pad excluded)
+    /// beside the Repr. Same errors.
+    #[inline(always)]
+    pub fn parse_checked(bytes: &[u8]) -> Result<(RoceRepr, &[u8])> {
+        let (bth, layout) = check_layout(bytes)?;
+        let payload = bytes
+            .get(layout.header_len..layout.header_len + layout.payload_len)
+            .unwrap_or_default();
+        Ok((RoceRepr::from_layout(bytes, bth, layout)?, payload))
+    }
+
+    /// The Repr of `bytes`, whose layout [`check_layout`] found. A BTH-only packet is
+    /// built right here, in the caller's frame (every field spelled out: with
+    /// `..RoceRepr::default()` the compiler builds a default Repr and copies it over); one
+    /// with extended headers is read out of line.
+    #[inline(always)]
+    fn from_layout(bytes: &[u8], bth: &[u8; BTH_LEN], layout: Layout) -> Result<RoceRepr> {
+        if layout.header_len > BTH_LEN {
+            return RoceRepr::parse_ext(bytes, layout.payload_len);
+        }
+        Ok(RoceRepr {
+            bth: BthRepr::from_bytes(bth),
+            deth: None,
+            reth: None,
+            feth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            cnp_reserved: None,
+            payload_len: layout.payload_len,
+        })
+    }
+
+    /// [`RoceRepr::from_layout`] for an opcode with extended headers.
+    #[inline(always)]
+    fn parse_ext(bytes: &[u8], payload_len: usize) -> Result<RoceRepr> {
+        let bth = bytes.first_chunk::<BTH_LEN>().ok_or(Error::Truncated {
+            layer: "bth",
+            needed: BTH_LEN,
+            got: bytes.len(),
+        })?;
         let mut repr = RoceRepr {
-            bth: BthRepr::parse(&BthPacket::new_unchecked(buf))?,
-            payload_len: packet.payload().len(),
+            bth: BthRepr::from_bytes(bth),
+            payload_len,
             ..RoceRepr::default()
         };
-        // One pass over the opcode's headers in wire order (`check` made sure they are all
-        // there; `get` keeps this panic-free regardless).
+        repr.parse_ext_headers(bytes)?;
+        Ok(repr)
+    }
+
+    /// Reads the extended headers of `self.bth.opcode` from `buf` (checked by
+    /// [`check_layout`]), in place.
+    fn parse_ext_headers(&mut self, buf: &[u8]) -> Result<()> {
+        let op = self.bth.opcode;
+        let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
+        // One pass over the opcode's headers in wire order (`check_layout` made sure they
+        // are all there; `get` keeps this panic-free regardless).
         let mut at = BTH_LEN;
         for &h in info.headers {
             let end = at + h.wire_len();
@@ -388,41 +489,41 @@ impl RoceRepr {
             })?;
             match h {
                 ExtHeader::Deth => {
-                    repr.deth = Some(DethRepr::parse(&DethPacket::new_checked(bytes)?)?)
+                    self.deth = Some(DethRepr::parse(&DethPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::Reth => {
-                    repr.reth = Some(RethRepr::parse(&RethPacket::new_checked(bytes)?)?)
+                    self.reth = Some(RethRepr::parse(&RethPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::Feth => {
-                    repr.feth = Some(FethRepr::parse(&FethPacket::new_checked(bytes)?)?)
+                    self.feth = Some(FethRepr::parse(&FethPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::AtomicEth => {
-                    repr.atomic_eth =
+                    self.atomic_eth =
                         Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::Aeth => {
-                    repr.aeth = Some(AethRepr::parse(&AethPacket::new_checked(bytes)?)?)
+                    self.aeth = Some(AethRepr::parse(&AethPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::AtomicAckEth => {
-                    repr.atomic_ack_eth = Some(AtomicAckEthRepr::parse(
+                    self.atomic_ack_eth = Some(AtomicAckEthRepr::parse(
                         &AtomicAckEthPacket::new_checked(bytes)?,
                     )?)
                 }
                 ExtHeader::ImmDt => {
-                    repr.immdt = Some(ImmDtRepr::parse(&ImmDtPacket::new_checked(bytes)?)?)
+                    self.immdt = Some(ImmDtRepr::parse(&ImmDtPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::Ieth => {
-                    repr.ieth = Some(IethRepr::parse(&IethPacket::new_checked(bytes)?)?)
+                    self.ieth = Some(IethRepr::parse(&IethPacket::new_checked(bytes)?)?)
                 }
                 ExtHeader::CnpReserved => {
                     let mut reserved = [0u8; CNP_RESERVED_LEN];
                     reserved.copy_from_slice(bytes);
-                    repr.cnp_reserved = Some(reserved);
+                    self.cnp_reserved = Some(reserved);
                 }
             }
             at = end;
         }
-        Ok(repr)
+        Ok(())
     }
 
     /// The opcode's table entry, `None` for an unknown opcode.

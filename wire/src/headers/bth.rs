@@ -290,26 +290,43 @@ pub struct BthRepr {
 impl BthRepr {
     /// Reads a BTH. Errors: [`Error::Truncated`] when shorter than 12 bytes,
     /// [`Error::BadTransportVersion`] when TVer is not 0 (§9.2.5).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(packet: &BthPacket<T>) -> Result<BthRepr> {
-        packet.check_len()?;
-        let tver = packet.transport_version();
+        let buf = packet.buffer.as_ref();
+        let Some(b) = buf.first_chunk::<BTH_LEN>() else {
+            return Err(Error::Truncated {
+                layer: "bth",
+                needed: BTH_LEN,
+                got: buf.len(),
+            });
+        };
+        let tver = b[1] & field::TVER_MASK;
         if tver != 0 {
             return Err(Error::BadTransportVersion(tver));
         }
-        Ok(BthRepr {
-            opcode: packet.opcode(),
-            solicited: packet.solicited(),
-            mig_req: packet.mig_req(),
-            pad_count: packet.pad_count(),
-            p_key: packet.p_key(),
-            fecn: packet.fecn(),
-            becn: packet.becn(),
-            ecn_reserved: packet.ecn_reserved(),
-            dest_qpn: packet.dest_qpn(),
-            ack_req: packet.ack_req(),
-            ack_reserved: packet.ack_reserved(),
-            psn: packet.psn(),
-        })
+        Ok(BthRepr::from_bytes(b))
+    }
+
+    /// Reads the 12 BTH bytes without checking TVer (the caller has): the fields exactly
+    /// as the [`BthPacket`] getters read them, from a fixed-size array (no length checks).
+    #[inline]
+    pub(crate) fn from_bytes(b: &[u8; BTH_LEN]) -> BthRepr {
+        // Byte offsets as in `BthHeader`; indexing a fixed-size array cannot fail.
+        let (flags, ecn, ack) = (b[1], b[4], b[8]);
+        BthRepr {
+            opcode: Opcode(b[0]),
+            solicited: flags & field::SE != 0,
+            mig_req: flags & field::MIG_REQ != 0,
+            pad_count: (flags & field::PAD_MASK) >> field::PAD_SHIFT,
+            p_key: u16::from_be_bytes([b[2], b[3]]),
+            fecn: ecn & field::FECN != 0,
+            becn: ecn & field::BECN != 0,
+            ecn_reserved: ecn & field::ECN_RESV_MASK,
+            dest_qpn: u24_from_be([b[5], b[6], b[7]]),
+            ack_req: ack & field::ACK_REQ != 0,
+            ack_reserved: ack & field::ACK_RESV_MASK,
+            psn: Psn::new(u24_from_be([b[9], b[10], b[11]])),
+        }
     }
 
     /// Length of the emitted header in bytes (12).
