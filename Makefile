@@ -64,6 +64,10 @@ bench:
 	$(CARGO) bench -p uroce-wire --bench parse
 	$(CARGO) bench -p uroce-provider --bench sim
 
+# The main job on a fresh machine: an RC pingpong between 127.0.0.1 and 127.0.0.2.
+demo:
+	$(CARGO) run --release --bin uroce -- pingpong --loopback
+
 lab-interop:
 	@echo "lab-interop: the interop matrix against Linux rxe arrives with the interop issue" >&2
 	@exit 1

@@ -3,10 +3,24 @@
 //! Subcommands:
 //! - `uroce pcap FILE...`: a one-line-per-packet RoCEv2 dissector with ICRC verdicts.
 //! - `uroce sim [FLAGS]`: a seeded RC scenario in the simulated fabric, checked end to end.
+//! - `uroce devices`: the devices and GIDs the tools would open (`ibv_devinfo`).
+//! - `uroce pingpong`: rdma-core's `ibv_{rc,uc,ud,srq}_pingpong`, same flags and exchange.
+//! - `uroce perf`: perftest's bandwidth and latency tests, same flags and tables.
+//! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
+//!
+//! Traffic commands print one-line errors (`uroce: error: ...`) and exit with status 1;
+//! bad flags exit with status 2.
 
 mod capture;
+mod common;
+mod devices;
+mod exchange;
 mod pcap;
+mod pcapout;
+mod perf;
+mod pingpong;
 mod sim;
+mod stat;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,12 +51,42 @@ enum Command {
     /// `sim: messages=N delivered=N lost=N duplicated=N misordered=N corrupted=N retransmits=N`.
     /// Exit status 1 when any message was lost, duplicated, misordered or corrupted.
     Sim(sim::SimArgs),
+    /// List the devices and GIDs the tools would open (as `ibv_devinfo`; `-l` as
+    /// `ibv_devices`), with the port MTU of each address's interface.
+    Devices(devices::DevicesArgs),
+    /// rdma-core's pingpong examples (`ibv_rc_pingpong`, `--qp-type uc|ud`, `--srq`):
+    /// server without SERVER, client with it, or both with `--loopback`. Speaks their TCP
+    /// exchange (port 18515), so it faces the unmodified programs.
+    Pingpong(pingpong::PingpongArgs),
+    /// perftest's tests (`ib_write_bw`, `ib_send_lat`, ...) with their flags, TCP exchange
+    /// and result tables.
+    Perf(perf::PerfArgs),
+    /// Run a short RC pingpong between 127.0.0.1 and 127.0.0.2 and print the counters of
+    /// both devices and QPs (every traffic command also takes `--stats`).
+    Stat(stat::StatArgs),
+}
+
+/// Prints a one-line error and gives exit status 1.
+fn report(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            eprintln!("uroce: error: {}", e.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap { files } => pcap::run(&files),
+        Command::Devices(args) => report(devices::run(&args)),
+        Command::Pingpong(args) => report(pingpong::run(&args)),
+        Command::Perf(args) => report(perf::run(&args)),
+        Command::Stat(args) => report(stat::run(&args)),
         Command::Sim(args) => match args.workload() {
             Ok(w) => sim::run(&args, &w),
             Err(msg) => {

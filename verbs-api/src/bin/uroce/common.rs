@@ -1,0 +1,408 @@
+//! What every traffic tool shares: picking and opening the device (`-d`, `--ip`, the
+//! route to the peer), the `--pcap` capture, the `--stats` counters, QP state walks and
+//! completion waits with a deadline.
+//!
+//! Errors are one-line strings (`Fail`); `main` prints them as `uroce: error: ...` and
+//! exits with status 1.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use uroce_verbs::{
+    devices, AccessFlags, AhAttr, Context, Cq, Device, DeviceConfig, Gid, Qp, QpAttr, QpAttrMask,
+    QpState, QpType, WcStatus, WorkCompletion,
+};
+use uroce_wire::Mtu;
+
+use crate::pcapout::PcapOut;
+
+/// A one-line error message.
+pub type Fail = String;
+
+/// Device selection, capture and counters: the flags every traffic command takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DevArgs {
+    /// The device to use, by name (`uroce devices` lists them).
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        value_name = "NAME",
+        conflicts_with = "ip"
+    )]
+    pub dev: Option<String>,
+    /// The device to use, by the local address whose UDP port 4791 it owns (any local
+    /// address, listed or not). Default: a client uses the address the kernel routes to
+    /// the peer through, a server the first global address of the host.
+    #[arg(long, value_name = "ADDR")]
+    pub ip: Option<IpAddr>,
+    /// Write the device's own RoCE traffic to FILE: pcap, Ethernet link type. A UDP
+    /// socket never sees the lower headers, so they are rebuilt: synthetic MACs
+    /// 02:00:<IPv4 address>, IPv4 ID 0 and DF (as sent), TTL 64, the real UDP ports, UDP
+    /// checksum computed, the ICRC as sent or received.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Print the device and QP counters at the end.
+    #[arg(long)]
+    pub stats: bool,
+    /// Give up after this many seconds without progress (TCP connect and reads,
+    /// completions).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_secs)]
+    pub timeout: f64,
+}
+
+fn parse_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err("the timeout must be above 0 and at most 86400 seconds".into())
+    }
+}
+
+impl DevArgs {
+    /// The timeout as a duration.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout)
+    }
+}
+
+/// Finds the device: `-d NAME` in the configured list, else `--ip ADDR` (a configured
+/// device with that address, else an ad hoc one), else the route to `peer` (client) or
+/// the first global address (server).
+pub fn select_device(args: &DevArgs, peer: Option<IpAddr>) -> Result<Device, Fail> {
+    let list = devices().map_err(|e| format!("reading the device list: {e}"))?;
+    if let Some(name) = &args.dev {
+        return list.into_iter().find(|d| d.name() == name).ok_or_else(|| {
+            format!("no device named {name:?} (`uroce devices` lists them; or use --ip ADDR)")
+        });
+    }
+    let addr = match (args.ip, peer) {
+        (Some(ip), _) => ip,
+        (None, Some(peer)) => route_to(peer)?,
+        (None, None) => first_global_addr(),
+    };
+    Ok(device_for_addr(&list, addr))
+}
+
+/// The configured device with address `addr`, else an ad hoc one named `uroce-ADDR`.
+pub fn device_for_addr(list: &[Device], addr: IpAddr) -> Device {
+    list.iter()
+        .find(|d| d.addr() == addr)
+        .cloned()
+        .unwrap_or_else(|| Device::from_config(DeviceConfig::new(format!("uroce-{addr}"), addr)))
+}
+
+/// The local address the kernel would send to `peer` from (a connected UDP socket's
+/// local address; nothing is sent). A loopback peer gets another loopback address
+/// (127.0.0.1 <-> 127.0.0.2), since the peer's own device owns port 4791 on its address.
+pub fn route_to(peer: IpAddr) -> Result<IpAddr, Fail> {
+    let bind: SocketAddr = if peer.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = UdpSocket::bind(bind).map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+    s.connect((peer, 4791))
+        .map_err(|e| format!("no route to {peer}: {e}"))?;
+    let local = s
+        .local_addr()
+        .map_err(|e| format!("no route to {peer}: {e}"))?
+        .ip();
+    if local == peer && peer.is_loopback() {
+        if let IpAddr::V4(v4) = peer {
+            let other = if v4 == Ipv4Addr::new(127, 0, 0, 2) {
+                Ipv4Addr::LOCALHOST
+            } else {
+                Ipv4Addr::new(127, 0, 0, 2)
+            };
+            return Ok(IpAddr::V4(other));
+        }
+    }
+    Ok(local)
+}
+
+/// The first global (not loopback, not link-local) address of the host, else 127.0.0.1.
+pub fn first_global_addr() -> IpAddr {
+    let mut found = None;
+    // SAFETY: getifaddrs fills a list we only read and then free with freeifaddrs; every
+    // ifa_addr is checked for null and read according to its family.
+    unsafe {
+        let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut ifap) == 0 {
+            let mut p = ifap;
+            while !p.is_null() && found.is_none() {
+                let a = (*p).ifa_addr;
+                if !a.is_null() {
+                    let ip = match i32::from((*a).sa_family) {
+                        libc::AF_INET => {
+                            let sin = &*(a as *const libc::sockaddr_in);
+                            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                                sin.sin_addr.s_addr,
+                            ))))
+                        }
+                        libc::AF_INET6 => {
+                            let sin6 = &*(a as *const libc::sockaddr_in6);
+                            Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
+                        }
+                        _ => None,
+                    };
+                    if let Some(ip) = ip.filter(|ip| is_global(*ip)) {
+                        found = Some(ip);
+                    }
+                }
+                p = (*p).ifa_next;
+            }
+            libc::freeifaddrs(ifap);
+        }
+    }
+    found.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+fn is_global(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified(),
+        IpAddr::V6(v6) => {
+            !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80
+        }
+    }
+}
+
+/// An open device with its optional capture.
+pub struct Opened {
+    /// The context.
+    pub ctx: Context,
+    /// The device it was opened from.
+    pub dev: Device,
+}
+
+/// Opens `dev` on the UDP backend and attaches `pcap` (if any) to its datapath.
+pub fn open(dev: &Device, pcap: Option<&Arc<PcapOut>>) -> Result<Opened, Fail> {
+    let ctx = dev
+        .open()
+        .map_err(|e| format!("cannot open device {} ({}): {e}", dev.name(), dev.addr()))?;
+    if let Some(p) = pcap {
+        ctx.provider().set_tap(Some(p.tap()));
+    }
+    Ok(Opened {
+        ctx,
+        dev: dev.clone(),
+    })
+}
+
+/// Every access right (LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC).
+pub fn all_access() -> u32 {
+    (AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC)
+        .bits()
+}
+
+/// The Q_Key the UD tools use (rdma-core's ud_pingpong: 0x11111111).
+pub const UD_QKEY: u32 = 0x1111_1111;
+
+/// The remote end of a connection, as exchanged over TCP.
+#[derive(Clone, Copy, Debug)]
+pub struct Remote {
+    /// QP number.
+    pub qpn: u32,
+    /// The PSN its send queue starts at (our receive PSN).
+    pub psn: u32,
+    /// Its GID.
+    pub gid: Gid,
+}
+
+/// Connection parameters of [`connect_qp`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnParams {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Our send PSN.
+    pub my_psn: u32,
+    /// Service level.
+    pub sl: u8,
+    /// Local GID index.
+    pub gid_index: u8,
+    /// Outstanding RDMA READ/atomic depth (both directions).
+    pub rd_atomic: u8,
+}
+
+/// RESET -> INIT (IBTA §10.3.1): port 1, P_Key index 0, every access right (RC/UC) or
+/// the Q_Key [`UD_QKEY`] (UD). Receives can be posted from INIT on.
+pub fn qp_to_init(qp: &Qp) -> Result<(), Fail> {
+    let t = qp.qp_type();
+    let what = |step: &str, e: uroce_verbs::VerbsError| format!("modify QP to {step}: {e}");
+    let mut init = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mut mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    if t == QpType::Ud {
+        init.qkey = UD_QKEY;
+        mask |= QpAttrMask::QKEY;
+    } else {
+        init.qp_access_flags = all_access();
+        mask |= QpAttrMask::ACCESS_FLAGS;
+    }
+    qp.modify(&init, mask).map_err(|e| what("INIT", e))
+}
+
+/// INIT -> RTR -> RTS towards `remote`, as rdma-core's examples do: RC gets timeout 14,
+/// retry_cnt 7, rnr_retry 7, min_rnr_timer 12; UC only the path; UD only the send PSN.
+pub fn connect_qp(qp: &Qp, remote: &Remote, p: &ConnParams) -> Result<(), Fail> {
+    let t = qp.qp_type();
+    let what = |step: &str, e: uroce_verbs::VerbsError| format!("modify QP to {step}: {e}");
+    let mut rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ..QpAttr::default()
+    };
+    let mut mask = QpAttrMask::STATE;
+    if t != QpType::Ud {
+        rtr.ah_attr = AhAttr {
+            dgid: remote.gid,
+            sgid_index: p.gid_index,
+            sl: p.sl,
+            hop_limit: 1,
+            ..AhAttr::default()
+        };
+        rtr.path_mtu = p.mtu;
+        rtr.dest_qp_num = remote.qpn;
+        rtr.rq_psn = remote.psn;
+        mask |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
+        if t == QpType::Rc {
+            rtr.max_dest_rd_atomic = p.rd_atomic;
+            rtr.min_rnr_timer = 12;
+            mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+    }
+    qp.modify(&rtr, mask).map_err(|e| what("RTR", e))?;
+
+    let mut rts = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: p.my_psn,
+        ..QpAttr::default()
+    };
+    let mut mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    if t == QpType::Rc {
+        rts.timeout = 14;
+        rts.retry_cnt = 7;
+        rts.rnr_retry = 7;
+        rts.max_rd_atomic = p.rd_atomic;
+        mask |= QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    }
+    qp.modify(&rts, mask).map_err(|e| what("RTS", e))?;
+    Ok(())
+}
+
+/// A random 24-bit PSN (as rdma-core's `lrand48() & 0xffffff`).
+pub fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::getrandom(&mut b);
+    u32::from_ne_bytes(b) & 0xff_ffff
+}
+
+/// Polls `cq` into `wc` until at least one completion arrives or `timeout` passes with
+/// none. Returns how many were taken.
+pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Result<usize, Fail> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let n = cq.poll(wc);
+        if n > 0 {
+            return Ok(n);
+        }
+        spins += 1;
+        if spins % 64 == 0 && start.elapsed() > timeout {
+            return Err(format!(
+                "no completion within {:.1} s: the peer stopped answering",
+                timeout.as_secs_f64()
+            ));
+        }
+        if spins > 256 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// An error for a completion that did not succeed.
+pub fn wc_error(wc: &WorkCompletion, what: &str) -> Fail {
+    let hint = match wc.status {
+        WcStatus::RetryExcErr => ": the peer stopped acknowledging (gone, or unreachable)",
+        WcStatus::RnrRetryExcErr => ": the peer posted no receive in time",
+        WcStatus::RemAccessErr => ": the peer refused the access (R_Key, address or rights)",
+        _ => "",
+    };
+    format!(
+        "{what}: completion with status {:?} ({}) for wr_id {} on QP 0x{:06x}{hint}",
+        wc.status, wc.status as u32, wc.wr_id, wc.qp_num
+    )
+}
+
+/// Checks a completion's status.
+pub fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), Fail> {
+    if wc.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(wc_error(wc, what))
+    }
+}
+
+/// Prints the counters of a device and of its QPs (`--stats`, `uroce stat`), one line
+/// per counter, through `out`.
+pub fn print_counters_to(out: &dyn Fn(String), ctx: &Context, qps: &[Qp]) {
+    let dev = ctx.provider().counters();
+    let qc: Vec<_> = qps
+        .iter()
+        .map(|q| (q.qp_num(), q.provider().counters()))
+        .collect();
+    let cfg = ctx.provider().config();
+    out(format!("counters of {} ({}):", cfg.name, cfg.addr));
+    let mut head = format!("  {:<24}{:>14}", "counter", "device");
+    for (qpn, _) in &qc {
+        head.push_str(&format!("{:>14}", format!("QP 0x{qpn:06x}")));
+    }
+    out(head);
+    for (i, (name, v)) in dev.iter().enumerate() {
+        let mut line = format!("  {name:<24}{v:>14}");
+        for (_, c) in &qc {
+            line.push_str(&format!("{:>14}", c.iter().nth(i).map_or(0, |(_, v)| v)));
+        }
+        out(line);
+    }
+}
+
+/// Parses an MTU in bytes (256..4096, a power of two).
+pub fn parse_mtu(s: &str) -> Result<Mtu, String> {
+    s.parse::<usize>()
+        .ok()
+        .and_then(Mtu::from_bytes)
+        .ok_or_else(|| format!("`{s}` is not an MTU: use 256, 512, 1024, 2048 or 4096"))
+}
+
+/// The loopback pair: server device on 127.0.0.1, client on 127.0.0.2.
+pub fn loopback_devices() -> Result<(Device, Device), Fail> {
+    let list = devices().map_err(|e| format!("reading the device list: {e}"))?;
+    let a = device_for_addr(&list, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let b = device_for_addr(&list, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+    Ok((a, b))
+}
+
+/// Opens the loopback pair, with a clear error when an address cannot be bound.
+pub fn open_loopback(pcap: Option<&Arc<PcapOut>>) -> Result<(Opened, Opened), Fail> {
+    let (a, b) = loopback_devices()?;
+    let oa = open(&a, pcap)?;
+    let ob = open(&b, pcap).map_err(|e| {
+        format!("{e} (--loopback needs 127.0.0.2; on Linux every 127.x address is local, elsewhere add it with `ifconfig lo0 alias 127.0.0.2`)")
+    })?;
+    Ok((oa, ob))
+}

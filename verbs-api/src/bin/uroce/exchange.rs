@@ -1,0 +1,530 @@
+//! The out-of-band TCP exchanges of the tools, byte for byte those of rdma-core's
+//! `ibv_*_pingpong` examples and of perftest, so that `uroce` can face the unmodified
+//! programs.
+//!
+//! # rdma-core pingpong (`uroce pingpong`)
+//!
+//! TCP port 18515. The client connects and writes, per QP, the 52 bytes
+//! `"%04x:%06x:%06x:%s\0"`: LID, QPN, PSN, and the GID as 32 hex digits of its 16 bytes
+//! in order (`sizeof "0000:000000:000000:00000000000000000000000000000000"`). The server
+//! reads them, brings its QPs to RTR/RTS towards them, and answers the same with its own;
+//! the client then writes `"done\0"` (5 bytes). The SRQ example sends one message per QP
+//! in each direction.
+//!
+//! # perftest (`uroce perf`)
+//!
+//! TCP port 18515. Every exchange step is symmetric with a fixed size: the client writes
+//! then reads, the server reads then writes (perftest's `ctx_xchg_data`). In order:
+//!
+//! 1. version: 16 bytes (`char version[16]`, NUL padded): uroce sends `"6.06"`;
+//! 2. system data (remote version >= 5.32): `cycle_buffer` then `cache_line_size`, each a
+//!    4-byte big-endian int (uroce: 4096 and 64; each side keeps the larger);
+//! 3. MTU (remote version >= 5.31): 2 bytes, the `ibv_mtu` code in decimal and a NUL
+//!    (`"3\0"` for 1024); each side uses the smaller;
+//! 4. per QP, the keys: 108 bytes
+//!    `"%04x:%04x:%06x:%06x:%08x:%016llx:"` + 16 x `"%02x:"` (GID bytes) + `"%08x:"` + NUL:
+//!    LID, outstanding reads, QPN, PSN, R_Key, buffer address, GID, SRQ number
+//!    (`KEY_PRINT_FMT_GID`, `KEY_MSG_SIZE_GID`; a GID index is always set on RoCE);
+//! 5. after both sides are RTS, one more keys exchange (a barrier);
+//! 6. bandwidth tests: the server waits in a keys exchange until the client finished;
+//!    then the client's report goes over: message size (8 bytes), iterations (8 bytes),
+//!    peak bandwidth, average bandwidth and message rate (IEEE doubles), each big-endian
+//!    and exchanged one at a time; the server prints the client's figures;
+//! 7. a last keys exchange closes the connection.
+//!
+//! Latency tests run both sides between steps 5 and 7 and exchange no report. With `-a`,
+//! uroce adds a keys exchange before each size of `send-bw`/`send-lat` so the server's
+//! receives match the size (perftest's own servers track sizes by themselves; checking
+//! this against perftest 6.06 is left to the interop issue).
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use uroce_verbs::Gid;
+
+use crate::common::Fail;
+
+/// Default TCP port of both exchanges (rdma-core and perftest).
+pub const DEFAULT_PORT: u16 = 18515;
+
+/// A TCP connection with every read and write bounded by the timeout.
+pub struct Link {
+    stream: TcpStream,
+    timeout: Duration,
+}
+
+impl Link {
+    fn new(stream: TcpStream, timeout: Duration) -> Result<Link, Fail> {
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|_| stream.set_write_timeout(Some(timeout)))
+            .and_then(|_| stream.set_nodelay(true))
+            .map_err(|e| format!("TCP socket options: {e}"))?;
+        Ok(Link { stream, timeout })
+    }
+
+    /// Connects to `peer`, retrying refused connections (a server not listening yet)
+    /// until `timeout` has passed.
+    pub fn connect(peer: SocketAddr, timeout: Duration) -> Result<Link, Fail> {
+        let start = Instant::now();
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(format!(
+                    "cannot connect to {peer}: no server answered within {:.1} s",
+                    timeout.as_secs_f64()
+                ));
+            }
+            match TcpStream::connect_timeout(&peer, left) {
+                Ok(s) => return Link::new(s, timeout),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    std::thread::sleep(Duration::from_millis(50).min(left));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(format!(
+                        "cannot connect to {peer}: no answer within {:.1} s",
+                        timeout.as_secs_f64()
+                    ))
+                }
+                Err(e) => return Err(format!("cannot connect to {peer}: {e}")),
+            }
+        }
+    }
+
+    /// Waits for reads without a time limit (`false`: back to the timeout). For the
+    /// server of a bandwidth test, which waits for the whole run of the client; a client
+    /// that goes away still ends the wait (the connection closes).
+    pub fn set_unbounded_reads(&mut self, unbounded: bool) -> Result<(), Fail> {
+        let t = if unbounded { None } else { Some(self.timeout) };
+        self.stream
+            .set_read_timeout(t)
+            .map_err(|e| format!("TCP socket options: {e}"))
+    }
+
+    /// Writes all of `buf`.
+    pub fn send(&mut self, buf: &[u8]) -> Result<(), Fail> {
+        self.stream
+            .write_all(buf)
+            .map_err(|e| format!("sending to the peer over TCP: {e}"))
+    }
+
+    /// Reads exactly `n` bytes.
+    pub fn recv(&mut self, n: usize) -> Result<Vec<u8>, Fail> {
+        let mut buf = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(format!(
+                    "the peer closed the TCP connection ({got} of {n} bytes of a message received)"
+                ))
+                }
+                Ok(k) => got += k,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(format!(
+                        "the peer sent nothing over TCP for {:.1} s",
+                        self.timeout.as_secs_f64()
+                    ))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("reading from the peer over TCP: {e}")),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// The symmetric step: the client writes then reads, the server reads then writes.
+    pub fn xchg(&mut self, client: bool, mine: &[u8]) -> Result<Vec<u8>, Fail> {
+        if client {
+            self.send(mine)?;
+            self.recv(mine.len())
+        } else {
+            let r = self.recv(mine.len())?;
+            self.send(mine)?;
+            Ok(r)
+        }
+    }
+}
+
+/// A listening server socket.
+pub struct Server {
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Listens on `(addr, port)` (port 0: any free port).
+    pub fn bind(addr: IpAddr, port: u16) -> Result<Server, Fail> {
+        let listener = TcpListener::bind((addr, port)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!("TCP port {port} on {addr} is already in use: pick another with -p")
+            } else {
+                format!("cannot listen on TCP {addr} port {port}: {e}")
+            }
+        })?;
+        Ok(Server { listener })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Waits for one client, for at most `wait` (`None`: forever, as rdma-core's
+    /// servers do).
+    pub fn accept(&self, wait: Option<Duration>, timeout: Duration) -> Result<Link, Fail> {
+        match wait {
+            None => {
+                let (s, _) = self
+                    .listener
+                    .accept()
+                    .map_err(|e| format!("accepting a TCP connection: {e}"))?;
+                Link::new(s, timeout)
+            }
+            Some(wait) => {
+                self.listener
+                    .set_nonblocking(true)
+                    .map_err(|e| format!("TCP socket options: {e}"))?;
+                let start = Instant::now();
+                loop {
+                    match self.listener.accept() {
+                        Ok((s, _)) => {
+                            s.set_nonblocking(false)
+                                .map_err(|e| format!("TCP socket options: {e}"))?;
+                            return Link::new(s, timeout);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if start.elapsed() > wait {
+                                return Err(format!(
+                                    "no client connected within {:.1} s",
+                                    wait.as_secs_f64()
+                                ));
+                            }
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        Err(e) => return Err(format!("accepting a TCP connection: {e}")),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One end of an rdma-core pingpong connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PpDest {
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// QP number (24 bits).
+    pub qpn: u32,
+    /// First PSN (24 bits).
+    pub psn: u32,
+    /// GID.
+    pub gid: Gid,
+}
+
+/// Bytes of one pingpong message: `sizeof "0000:000000:000000:" + 32 hex digits`, NUL
+/// included.
+pub const PP_MSG_LEN: usize = 52;
+
+/// The final message of the client: `"done"` and its NUL.
+pub const PP_DONE: &[u8; 5] = b"done\0";
+
+fn hex32(b: &[u8; 16]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl PpDest {
+    /// The 52-byte message.
+    pub fn to_wire(self) -> [u8; PP_MSG_LEN] {
+        let s = format!(
+            "{:04x}:{:06x}:{:06x}:{}",
+            self.lid,
+            self.qpn & 0xff_ffff,
+            self.psn & 0xff_ffff,
+            hex32(&self.gid.0)
+        );
+        let mut out = [0u8; PP_MSG_LEN];
+        out[..s.len()].copy_from_slice(s.as_bytes());
+        out
+    }
+
+    /// Parses a 52-byte message (as rdma-core's `sscanf("%x:%x:%x:%s")` + `wire_gid_to_gid`).
+    pub fn parse(msg: &[u8]) -> Result<PpDest, Fail> {
+        let bad = || {
+            format!(
+                "the peer's address message is not rdma-core's LID:QPN:PSN:GID text: {:?}",
+                String::from_utf8_lossy(msg)
+            )
+        };
+        let text = msg.split(|&b| b == 0).next().unwrap_or_default();
+        let text = std::str::from_utf8(text).map_err(|_| bad())?;
+        let f: Vec<&str> = text.split(':').collect();
+        if f.len() != 4 || f[3].len() != 32 {
+            return Err(bad());
+        }
+        let lid = u16::from_str_radix(f[0], 16).map_err(|_| bad())?;
+        let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
+        let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(PpDest {
+            lid,
+            qpn,
+            psn,
+            gid: Gid(gid),
+        })
+    }
+}
+
+/// Client side of the pingpong exchange: sends `mine`, reads as many from the server,
+/// sends `"done"`.
+pub fn pp_client(link: &mut Link, mine: &[PpDest]) -> Result<Vec<PpDest>, Fail> {
+    for d in mine {
+        link.send(&d.to_wire())?;
+    }
+    let mut rem = Vec::with_capacity(mine.len());
+    for _ in mine {
+        rem.push(PpDest::parse(&link.recv(PP_MSG_LEN)?)?);
+    }
+    link.send(PP_DONE)?;
+    Ok(rem)
+}
+
+/// Server side: reads `n` client messages, calls `connect` (which brings the QPs to RTR
+/// and returns our own messages), answers, and waits for `"done"`.
+pub fn pp_server(
+    link: &mut Link,
+    n: usize,
+    connect: impl FnOnce(&[PpDest]) -> Result<Vec<PpDest>, Fail>,
+) -> Result<Vec<PpDest>, Fail> {
+    let mut rem = Vec::with_capacity(n);
+    for _ in 0..n {
+        rem.push(PpDest::parse(&link.recv(PP_MSG_LEN)?)?);
+    }
+    let mine = connect(&rem)?;
+    for d in &mine {
+        link.send(&d.to_wire())?;
+    }
+    let done = link.recv(PP_DONE.len())?;
+    if &done[..] != PP_DONE {
+        return Err(format!(
+            "the client ended the exchange with {:?}, not \"done\"",
+            String::from_utf8_lossy(&done)
+        ));
+    }
+    Ok(rem)
+}
+
+/// One QP's keys in perftest's exchange (`struct pingpong_dest`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PerfDest {
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Outstanding RDMA READs / atomics it accepts.
+    pub out_reads: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN.
+    pub psn: u32,
+    /// R_Key of its buffer.
+    pub rkey: u32,
+    /// Address of its buffer.
+    pub vaddr: u64,
+    /// GID.
+    pub gid: Gid,
+    /// SRQ number (XRC/DC only; 0).
+    pub srqn: u32,
+}
+
+/// Bytes of perftest's keys message with a GID (`KEY_MSG_SIZE_GID`).
+pub const PERF_KEY_LEN: usize = 108;
+
+/// perftest's version field size (`MAX_VERSION`).
+pub const PERF_VERSION_LEN: usize = 16;
+
+/// The perftest version uroce announces (the lab's perftest is 6.06).
+pub const PERF_VERSION: &str = "6.06";
+
+impl PerfDest {
+    /// The 108-byte keys message (`KEY_PRINT_FMT_GID`).
+    pub fn to_wire(self) -> [u8; PERF_KEY_LEN] {
+        let mut s = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+        );
+        for b in self.gid.0 {
+            s.push_str(&format!("{b:02x}:"));
+        }
+        s.push_str(&format!("{:08x}:", self.srqn));
+        let mut out = [0u8; PERF_KEY_LEN];
+        let n = s.len().min(PERF_KEY_LEN - 1);
+        out[..n].copy_from_slice(&s.as_bytes()[..n]);
+        out
+    }
+
+    /// Parses a keys message.
+    pub fn parse(msg: &[u8]) -> Result<PerfDest, Fail> {
+        let bad = || {
+            format!(
+                "the peer's keys message is not perftest's format: {:?}",
+                String::from_utf8_lossy(msg)
+            )
+        };
+        let text = msg.split(|&b| b == 0).next().unwrap_or_default();
+        let text = std::str::from_utf8(text).map_err(|_| bad())?;
+        let f: Vec<&str> = text.split(':').collect();
+        if f.len() < 23 {
+            return Err(bad());
+        }
+        let h32 = |s: &str| u32::from_str_radix(s, 16).map_err(|_| bad());
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            *g = u8::from_str_radix(f[6 + i], 16).map_err(|_| bad())?;
+        }
+        Ok(PerfDest {
+            lid: h32(f[0])? as u16,
+            out_reads: h32(f[1])? as u16,
+            qpn: h32(f[2])?,
+            psn: h32(f[3])?,
+            rkey: h32(f[4])?,
+            vaddr: u64::from_str_radix(f[5], 16).map_err(|_| bad())?,
+            gid: Gid(gid),
+            srqn: h32(f[22])?,
+        })
+    }
+}
+
+/// The perftest exchange over one connection (see the module docs).
+pub struct PerfLink {
+    /// The TCP connection.
+    pub link: Link,
+    /// True on the client (writes first).
+    pub client: bool,
+    /// The peer's version string.
+    pub rem_version: String,
+}
+
+/// A bandwidth report (`struct bw_report_data`, the fields exchanged).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BwReport {
+    /// Message size in bytes.
+    pub size: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Peak bandwidth, MB/s (2^20 bytes).
+    pub bw_peak: f64,
+    /// Average bandwidth, MB/s.
+    pub bw_avg: f64,
+    /// Message rate, millions per second.
+    pub msg_rate: f64,
+}
+
+impl PerfLink {
+    /// Steps 1-3: versions, system data, MTU. Returns the MTU code both use.
+    pub fn start(link: Link, client: bool, mtu_code: u32) -> Result<(PerfLink, u32), Fail> {
+        let mut p = PerfLink {
+            link,
+            client,
+            rem_version: String::new(),
+        };
+        let mut v = [0u8; PERF_VERSION_LEN];
+        v[..PERF_VERSION.len()].copy_from_slice(PERF_VERSION.as_bytes());
+        let rv = p.link.xchg(client, &v)?;
+        p.rem_version =
+            String::from_utf8_lossy(rv.split(|&b| b == 0).next().unwrap_or_default()).into_owned();
+        let rem: f64 = p.rem_version.trim().parse().unwrap_or(0.0);
+        if rem < 5.70 {
+            return Err(format!(
+                "the peer's perftest version {:?} is older than 5.70, which this exchange needs",
+                p.rem_version
+            ));
+        }
+        // System data: cycle buffer and cache line size.
+        p.link.xchg(client, &4096i32.to_be_bytes())?;
+        p.link.xchg(client, &64i32.to_be_bytes())?;
+        // MTU: "%d" of the ibv_mtu code in a 2-byte buffer.
+        let mine = [b'0' + (mtu_code as u8 % 10), 0];
+        let r = p.link.xchg(client, &mine)?;
+        let rem_code = u32::from(r[0].wrapping_sub(b'0'));
+        let code = if (1..=5).contains(&rem_code) && rem_code < mtu_code {
+            rem_code
+        } else {
+            mtu_code
+        };
+        Ok((p, code))
+    }
+
+    /// A keys exchange (`ctx_hand_shake`): per QP at setup, and as a barrier.
+    pub fn hand_shake(&mut self, mine: &PerfDest) -> Result<PerfDest, Fail> {
+        PerfDest::parse(&self.link.xchg(self.client, &mine.to_wire())?)
+    }
+
+    /// Exchanges bandwidth reports (`xchg_bw_reports`), field by field, big-endian.
+    pub fn xchg_bw_report(&mut self, mine: &BwReport) -> Result<BwReport, Fail> {
+        let c = self.client;
+        let mut u = |v: u64| -> Result<u64, Fail> {
+            let r = self.link.xchg(c, &v.to_be_bytes())?;
+            Ok(u64::from_be_bytes(r[..8].try_into().unwrap_or([0; 8])))
+        };
+        Ok(BwReport {
+            size: u(mine.size)?,
+            iters: u(mine.iters)?,
+            bw_peak: f64::from_bits(u(mine.bw_peak.to_bits())?),
+            bw_avg: f64::from_bits(u(mine.bw_avg.to_bits())?),
+            msg_rate: f64::from_bits(u(mine.msg_rate.to_bits())?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pingpong_message_is_52_bytes_and_round_trips() {
+        let d = PpDest {
+            lid: 0,
+            qpn: 0x0abcde,
+            psn: 0x123456,
+            gid: Gid::from_ip("10.99.0.1".parse().unwrap()),
+        };
+        let w = d.to_wire();
+        assert_eq!(
+            &w[..51],
+            b"0000:0abcde:123456:00000000000000000000ffff0a630001"
+        );
+        assert_eq!(w[51], 0);
+        assert_eq!(PpDest::parse(&w).unwrap(), d);
+        assert!(PpDest::parse(b"garbage").is_err());
+    }
+
+    #[test]
+    fn perftest_keys_are_108_bytes_and_round_trip() {
+        let d = PerfDest {
+            lid: 0,
+            out_reads: 16,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            rkey: 0x1234,
+            vaddr: 0x5555_0000_1000,
+            gid: Gid::from_ip("10.99.0.1".parse().unwrap()),
+            srqn: 0,
+        };
+        let w = d.to_wire();
+        let text_len = w.iter().position(|&b| b == 0).unwrap();
+        assert_eq!(text_len, 107);
+        assert!(w.starts_with(b"0000:0010:000011:abcdef:00001234:0000555500001000:00:00:"));
+        assert!(w[..107].ends_with(b":0a:63:00:01:00000000:"));
+        assert_eq!(PerfDest::parse(&w).unwrap(), d);
+    }
+}
