@@ -58,7 +58,7 @@ fn run(size: usize, mtu: Mtu, budget: Duration) -> Row {
             panic!("fabric idle with {} writes outstanding", posted - done);
         }
         steps += 1;
-        if steps % 256 == 0 && start.elapsed() > budget {
+        if steps.is_multiple_of(256) && start.elapsed() > budget {
             deadline_hit = true;
         }
     }

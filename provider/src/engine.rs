@@ -1,9 +1,12 @@
 //! The progress engine: who drives a device's sans-IO datapath over real sockets.
 //!
-//! An [`Engine`] owns a device's [`UdpSockets`] and the clock. One *pass* does, without
-//! blocking: receive up to [`EngineConfig::max_batches`] batches (`recvmmsg`) and hand each
-//! datagram to [`Device::handle_datagram`](crate::device::Device::handle_datagram) with its
-//! ICRC classified by the [`IcrcPolicy`]; fire the timers that are due
+//! An [`Engine`] owns a device's link — its [`UdpSockets`] ([`Engine::start`]) or its
+//! [`RawLink`] of the raw-frame backend ([`Engine::start_raw`]) — and the clock. One *pass*
+//! does, without blocking: receive up to [`EngineConfig::max_batches`] batches (`recvmmsg`,
+//! or frames read from the packet socket) and hand each datagram to
+//! [`Device::handle_datagram`](crate::device::Device::handle_datagram) with its ICRC
+//! classified by the [`IcrcPolicy`] (UDP) or verified over the whole frame (raw); fire the
+//! timers that are due
 //! (`poll_timeout`/`handle_timeout`); then send what the device has (`poll_transmit` into
 //! the pre-allocated batch, `sendmmsg`). Nothing is allocated and nothing crosses a channel
 //! on that path.
@@ -56,7 +59,8 @@
 //! ~15 µs per round trip over raw UDP (three thread wake-ups instead of two: the eventfd
 //! wake of the sender's engine); [`Progress::Polled`] costs ~0 over raw UDP.
 
-use crate::backend::udp::{UdpSockets, UdpStats};
+use crate::backend::raw::{RawLink, RawStats};
+use crate::backend::udp::{SendOutcome, UdpSockets, UdpStats};
 use crate::backend::{BackendError, Driver, IcrcPolicy, SansIo};
 use crate::time::Instant;
 use parking_lot::Mutex;
@@ -137,8 +141,10 @@ pub struct EngineStats {
     pub timer_fires: u64,
     /// Receive errors other than "nothing waiting".
     pub rx_errors: u64,
-    /// The sockets' counts.
+    /// The sockets' counts (all zero on the raw-frame backend).
     pub udp: UdpStats,
+    /// The raw link's counts (`None` on the UDP backend).
+    pub raw: Option<RawStats>,
 }
 
 /// The eventfd the device's waker writes, and whether the thread is asleep.
@@ -184,8 +190,40 @@ impl Wake {
     }
 }
 
+/// What carries a device's packets: UDP sockets or a raw-frame link. One per engine, so
+/// the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Link {
+    Udp(UdpSockets),
+    Raw(Box<RawLink>),
+}
+
+impl Link {
+    fn local_addr(&self) -> std::net::SocketAddr {
+        match self {
+            Link::Udp(u) => u.local_addr(),
+            Link::Raw(r) => r.local_addr(),
+        }
+    }
+
+    fn rx_fd(&self) -> RawFd {
+        match self {
+            Link::Udp(u) => u.rx_fd(),
+            Link::Raw(r) => r.rx_fd(),
+        }
+    }
+
+    /// The link's own next deadline (the raw link's neighbour resolution).
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Link::Udp(_) => None,
+            Link::Raw(r) => r.poll_timeout(),
+        }
+    }
+}
+
 struct Io {
-    udp: UdpSockets,
+    link: Link,
     blocked_on: Option<RawFd>,
 }
 
@@ -227,14 +265,32 @@ impl Engine {
         udp: UdpSockets,
         config: EngineConfig,
     ) -> Result<Engine, BackendError> {
-        let addr = udp.local_addr().ip();
+        Self::start_link(dp, Link::Udp(udp), config)
+    }
+
+    /// As [`Engine::start`] over the raw-frame backend's link. `config.icrc` is not used:
+    /// every frame's ICRC is verified.
+    pub fn start_raw<D: SansIo>(
+        dp: Arc<D>,
+        raw: RawLink,
+        config: EngineConfig,
+    ) -> Result<Engine, BackendError> {
+        Self::start_link(dp, Link::Raw(Box::new(raw)), config)
+    }
+
+    fn start_link<D: SansIo>(
+        dp: Arc<D>,
+        link: Link,
+        config: EngineConfig,
+    ) -> Result<Engine, BackendError> {
+        let addr = link.local_addr().ip();
         let os = |op| move |source| BackendError::Os { op, addr, source };
         let wake = Arc::new(Wake::new().map_err(os("eventfd"))?);
         let dp: Arc<dyn SansIo> = dp;
         let shared = Arc::new(Shared {
             dp: dp.clone(),
             io: Mutex::new(Io {
-                udp,
+                link,
                 blocked_on: None,
             }),
             epoch: std::time::Instant::now(),
@@ -276,7 +332,7 @@ impl Engine {
 
     /// The address and port the device receives on.
     pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.shared.io.lock().udp.local_addr()
+        self.shared.io.lock().link.local_addr()
     }
 
     /// Runs one pass now unless another thread is running one (then returns at once).
@@ -289,13 +345,18 @@ impl Engine {
     /// Counts so far.
     pub fn stats(&self) -> EngineStats {
         let s = &self.shared;
+        let (udp, raw) = match &s.io.lock().link {
+            Link::Udp(u) => (u.stats(), None),
+            Link::Raw(r) => (UdpStats::default(), Some(r.stats())),
+        };
         EngineStats {
             passes: s.passes.load(Ordering::Relaxed),
             sleeps: s.sleeps.load(Ordering::Relaxed),
             wakeups: s.wake.wakeups.load(Ordering::Relaxed),
             timer_fires: s.timer_fires.load(Ordering::Relaxed),
             rx_errors: s.rx_errors.load(Ordering::Relaxed),
-            udp: s.io.lock().udp.stats(),
+            udp,
+            raw,
         }
     }
 }
@@ -343,14 +404,23 @@ impl Shared {
         self.passes.fetch_add(1, Ordering::Relaxed);
         let dp = &*self.dp;
         let mut work = false;
-        let local = io.udp.local_addr();
-        let batch = io.udp.batch();
+        let local = io.link.local_addr();
         let policy = self.icrc;
         for _ in 0..self.max_batches {
             let now = self.now();
-            match io.udp.recv(|src, payload| {
-                dp.handle_datagram(now, src, payload, policy.classify(src, local, payload))
-            }) {
+            let (got, batch) = match &mut io.link {
+                Link::Udp(udp) => (
+                    udp.recv(|src, payload| {
+                        dp.handle_datagram(now, src, payload, policy.classify(src, local, payload))
+                    }),
+                    udp.batch(),
+                ),
+                Link::Raw(raw) => (
+                    raw.recv(|src, payload, icrc| dp.handle_datagram(now, src, payload, icrc)),
+                    raw.batch(),
+                ),
+            };
+            match got {
                 Ok(0) => break,
                 Ok(n) => {
                     work = true;
@@ -371,9 +441,13 @@ impl Shared {
             work = true;
         }
         let now = self.now();
-        let out = io
-            .udp
-            .send(self.max_batches, |buf| dp.poll_transmit(now, buf));
+        let out: SendOutcome = match &mut io.link {
+            Link::Udp(udp) => udp.send(self.max_batches, |buf| dp.poll_transmit(now, buf)),
+            Link::Raw(raw) => {
+                let max = self.max_batches.saturating_mul(raw.batch());
+                raw.send(now, max, |buf| dp.poll_transmit(now, buf))
+            }
+        };
         io.blocked_on = out.blocked_on;
         work || out.sent > 0
     }
@@ -406,15 +480,16 @@ impl Shared {
             self.wake.sleeping.store(false, Ordering::SeqCst);
             return;
         }
-        let (rx_fd, blocked) = {
+        let (rx_fd, blocked, link_deadline) = {
             let io = self.io.lock();
-            (io.udp.rx_fd(), io.blocked_on)
+            (io.link.rx_fd(), io.blocked_on, io.link.poll_timeout())
         };
         let now = self.now();
-        let timeout = self
-            .dp
-            .poll_timeout()
-            .map(|d| d.saturating_duration_since(now));
+        let deadline = match (self.dp.poll_timeout(), link_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = deadline.map(|d| d.saturating_duration_since(now));
         if timeout == Some(Duration::ZERO) {
             self.wake.sleeping.store(false, Ordering::SeqCst);
             return;

@@ -312,7 +312,7 @@ impl MemoryRegion {
             });
         }
         let end = va.checked_add(len);
-        if va < self.addr || end.map_or(true, |e| e > self.addr + self.len) {
+        if va < self.addr || end.is_none_or(|e| e > self.addr + self.len) {
             return Err(AccessFault::OutOfBounds {
                 va,
                 len,
@@ -370,7 +370,7 @@ impl MemoryRegion {
             // the pointer is inside the region's live memory; the word path is only taken
             // at 8-aligned addresses; all accesses to region memory are atomic.
             let p = unsafe { self.ptr.add((offset as usize) + i) };
-            if (p as usize) % 8 == 0 && out.len() - i >= 8 {
+            if (p as usize).is_multiple_of(8) && out.len() - i >= 8 {
                 // SAFETY: aligned, in bounds, only accessed atomically (see above).
                 let w = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Ordering::Relaxed);
                 out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
@@ -390,7 +390,7 @@ impl MemoryRegion {
         while i < data.len() {
             // SAFETY: as in `read`: in bounds of live region memory, accessed atomically.
             let p = unsafe { self.ptr.add((offset as usize) + i) };
-            if (p as usize) % 8 == 0 && data.len() - i >= 8 {
+            if (p as usize).is_multiple_of(8) && data.len() - i >= 8 {
                 let w = u64::from_ne_bytes(data[i..i + 8].try_into().expect("8 bytes"));
                 // SAFETY: aligned, in bounds, only accessed atomically.
                 unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(w, Ordering::Relaxed);
@@ -425,12 +425,12 @@ impl MemoryRegion {
     }
 
     fn atomic_word(&self, va: u64) -> Result<&AtomicU64, AccessFault> {
-        if va % 8 != 0 {
+        if !va.is_multiple_of(8) {
             return Err(AccessFault::Misaligned { va });
         }
         self.check_range(va, 8, AccessFlags::empty())?;
         let p = (self.ptr as usize + (va - self.addr) as usize) as *mut u64;
-        if (p as usize) % 8 != 0 {
+        if !(p as usize).is_multiple_of(8) {
             return Err(AccessFault::Misaligned { va });
         }
         // SAFETY: `p` is 8-aligned (checked), inside the region (checked), and region

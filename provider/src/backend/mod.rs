@@ -9,6 +9,7 @@
 //! | backend | what | privilege |
 //! | --- | --- | --- |
 //! | [`udp::UdpBackend`] (default) | UDP port 4791 on the device's address, IPv4 or IPv6 | none |
+//! | [`raw::RawBackend`] | whole Ethernet frames on an `AF_PACKET` socket: every ICRC verified, DSCP/ECN set and read | `CAP_NET_RAW` |
 //! | [`Detached`] | no I/O at all: the device's packets go nowhere (object-model tests) | none |
 //! | the simulator (`crate::sim`, later) | a deterministic in-process fabric | none |
 //!
@@ -34,6 +35,7 @@
 //!   the raw-frame backend, which sees the IP header) to drop every packet that does not
 //!   verify.
 
+pub mod raw;
 pub mod udp;
 
 use crate::datapath::{RxIcrc, Transmit, Waker};
@@ -131,6 +133,9 @@ pub enum BackendError {
     /// A configuration value is out of range.
     #[error("invalid backend configuration: {0}")]
     Config(&'static str),
+    /// The raw-frame backend could not open (see [`raw::RawError`]).
+    #[error(transparent)]
+    Raw(#[from] raw::RawError),
     /// An operating-system call failed.
     #[error("{op} failed for {addr}: {source}")]
     Os {
@@ -152,6 +157,7 @@ impl BackendError {
             BackendError::NoIpv6 { .. } => libc::EAFNOSUPPORT,
             BackendError::BadAddress { .. } | BackendError::Config(_) => libc::EINVAL,
             BackendError::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            BackendError::Raw(e) => e.errno(),
         }
     }
 }

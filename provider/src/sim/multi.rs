@@ -456,7 +456,7 @@ impl Run<'_> {
                 "message {i}: arrived after a later message of pair {p}"
             ));
         }
-        if self.last_on_pair[p].map_or(true, |l| l < i as u64) {
+        if self.last_on_pair[p].is_none_or(|l| l < i as u64) {
             self.last_on_pair[p] = Some(i as u64);
         }
     }

@@ -624,7 +624,7 @@ impl Run<'_> {
                 Op::Atomic => {
                     a.write_mem(self.lay.a_land(s), &[POISON; 8]);
                     let expect = self.model;
-                    let r = if self.atomics % 2 == 0 {
+                    let r = if self.atomics.is_multiple_of(2) {
                         self.model = self.model.wrapping_add(i + 1);
                         a.fetch_add(i, self.lay.a_land(s), self.lay.b_counter(), i + 1)
                     } else {

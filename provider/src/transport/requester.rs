@@ -206,7 +206,7 @@ impl Requester {
         let kind = Kind::of(&wqe.wr.op);
         // Only in RTS (SQD finishes what started, IBTA §10.3.1).
         state == QpState::Rts
-            && self.started.back().map_or(true, |w| w.error.is_none())
+            && self.started.back().is_none_or(|w| w.error.is_none())
             // IBTA §10.8.3.3 (fence): wait until every earlier READ and atomic completed.
             && !(wqe.wr.flags.contains(SendFlags::FENCE) && self.rd_atomic > 0)
             // IBTA §9.7.4.1.3 / max_rd_atomic: at most that many READs and atomics in
