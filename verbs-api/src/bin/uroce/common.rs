@@ -322,7 +322,7 @@ pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Resul
             return Ok(n);
         }
         spins += 1;
-        if spins % 64 == 0 && start.elapsed() > timeout {
+        if spins.is_multiple_of(64) && start.elapsed() > timeout {
             return Err(format!(
                 "no completion within {:.1} s: the peer stopped answering",
                 timeout.as_secs_f64()

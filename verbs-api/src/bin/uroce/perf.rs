@@ -466,7 +466,7 @@ impl Side {
             for i in 0..n {
                 while posted[i] < iters && posted[i] - done[i] < depth {
                     let k = posted[i];
-                    let signaled = (k + 1) % cq_mod == 0 || k + 1 == iters;
+                    let signaled = (k + 1).is_multiple_of(cq_mod) || k + 1 == iters;
                     self.post(i, size, KIND_SEND | ((i as u64) << 32) | k, signaled)?;
                     posted[i] += 1;
                 }
@@ -569,7 +569,7 @@ impl Side {
                 return Ok(());
             }
             spins += 1;
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 if start.elapsed() > self.cfg.timeout {
                     return Err(format!(
                         "no RDMA WRITE from the peer within {:.1} s: the peer stopped",
