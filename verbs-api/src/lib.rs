@@ -24,9 +24,20 @@
 //!
 //! ## Backends
 //!
-//! [`Device::open`] opens a device on the default backend, UDP ([`UdpBackend`]): it owns
-//! UDP port 4791 on the device's address, and a progress engine thread moves its packets
-//! (see `uroce_provider::backend` and `uroce_provider::engine`). [`Device::open_on`]
+//! [`Device::open`] opens a device on the backend the `UROCE_BACKEND` environment
+//! variable names ([`backend_from_env`]):
+//!
+//! - `udp` (the default, also when unset): [`UdpBackend`] owns UDP port 4791 on the
+//!   device's address, and a progress engine thread moves its packets (see
+//!   `uroce_provider::backend` and `uroce_provider::engine`). No privilege needed; works
+//!   on loopback.
+//! - `raw`: [`RawBackend`] reads and writes whole Ethernet frames on an `AF_PACKET`
+//!   socket, so every ICRC is verified and DSCP/ECN are set. Needs `CAP_NET_RAW` (run as
+//!   root, or `sudo setcap cap_net_raw+ep PROGRAM`) and an address on a non-loopback
+//!   Ethernet interface; otherwise opening fails with a one-line [`BackendError`] that
+//!   says which.
+//!
+//! Any other value fails with [`BackendError::Config`]. [`Device::open_on`]
 //! takes any [`Backend`]: the UDP one with other options (polled progress
 //! [`Progress::Polled`], where [`Cq::poll`] and [`Qp::post_send`] make progress; an
 //! [`IcrcPolicy`]), [`Detached`] (no I/O, what [`Device::open_with_seed`] uses for tests
@@ -53,6 +64,7 @@ mod objects;
 
 pub use objects::*;
 pub use uroce_provider::ah::AhAttr;
+pub use uroce_provider::backend::raw::{RawBackend, RawConfig, RawError};
 pub use uroce_provider::backend::udp::{UdpBackend, UdpConfig};
 pub use uroce_provider::backend::{Backend, BackendError, Detached, Driver, IcrcPolicy};
 pub use uroce_provider::device::{DeviceConfig, Gid, PortAttr, PortState};

@@ -73,13 +73,16 @@ impl Device {
         self.config.addr
     }
 
-    /// Opens the device (`ibv_open_device(3)`) on the default backend, UDP
-    /// ([`p::backend::udp::UdpBackend`]: it owns UDP port 4791 on the device's address,
-    /// and an engine thread moves its packets), seeding key and QPN generation from the
-    /// operating system's random source. Fails with [`VerbsError::Backend`] when the port
-    /// is taken (by the kernel's rdma_rxe, say) or the address is not local.
+    /// Opens the device (`ibv_open_device(3)`) on the backend `UROCE_BACKEND` names
+    /// ([`backend_from_env`]): UDP by default ([`p::backend::udp::UdpBackend`]: it owns
+    /// UDP port 4791 on the device's address, and an engine thread moves its packets), or
+    /// raw frames ([`p::backend::raw::RawBackend`]). Key and QPN generation is seeded from
+    /// the operating system's random source. Fails with [`VerbsError::Backend`] when the
+    /// port is taken (by the kernel's rdma_rxe, say), the address is not local, or the
+    /// raw backend lacks `CAP_NET_RAW` or was asked for a loopback address.
     pub fn open(&self) -> Result<Context> {
-        self.open_on(&p::backend::udp::UdpBackend::default(), os_seed()?)
+        let backend = backend_from_env()?;
+        self.open_on(&*backend, os_seed()?)
     }
 
     /// Opens the device with a fixed seed (same seed, same keys and QPNs) and no I/O
@@ -123,6 +126,24 @@ impl Device {
                 backend: backend.name(),
             }),
         })
+    }
+}
+
+/// The backend the `UROCE_BACKEND` environment variable names, what [`Device::open`]
+/// uses: unset, empty or `udp` gives the UDP backend ([`p::backend::udp::UdpBackend`],
+/// no privilege needed); `raw` the raw-frame backend ([`p::backend::raw::RawBackend`],
+/// needs `CAP_NET_RAW` and an address on a non-loopback Ethernet interface). Both with
+/// default options. Any other value is a [`VerbsError::Backend`] that says what is
+/// allowed.
+pub fn backend_from_env() -> Result<Box<dyn Backend>> {
+    let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "udp" => Ok(Box::new(p::backend::udp::UdpBackend::default())),
+        "raw" => Ok(Box::new(p::backend::raw::RawBackend::default())),
+        _ => Err(p::backend::BackendError::Config(
+            "UROCE_BACKEND must be `udp` (the default) or `raw` (needs CAP_NET_RAW)",
+        )
+        .into()),
     }
 }
 

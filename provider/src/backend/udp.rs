@@ -51,6 +51,13 @@
 //! both for IPv6 (no ID field, one ICRC per segment as now) and for IPv4 with per-segment
 //! ICRCs for IDs 0, 1, 2, ...
 
+//! # Injected loss (a testing aid)
+//!
+//! [`UdpConfig::rx_drop_ppm`] drops that many received datagrams per million, chosen by
+//! a seeded generator ([`UdpConfig::rx_drop_seed`]), after `recvmmsg` and before the
+//! device sees them, counted in [`UdpStats::rx_injected_drops`]. The tests use it to
+//! show that RC delivers everything under loss (this kernel has no netem). Default 0.
+
 //! # Active MTU
 //!
 //! As rxe does, the port's active MTU follows the interface that owns the address: the
@@ -85,6 +92,14 @@ pub struct UdpConfig {
     pub socket_buffer_bytes: usize,
     /// The active MTU to use instead of the one derived from the interface MTU.
     pub mtu: Option<Mtu>,
+    /// **Testing aid**: drop this many received datagrams per million, chosen by a
+    /// generator seeded with [`UdpConfig::rx_drop_seed`] (so a run is repeatable for a
+    /// given arrival order), before the device sees them; counted in
+    /// [`UdpStats::rx_injected_drops`]. This kernel's loopback has no netem, so this is
+    /// how tests show that RC recovers every loss. 0..=1_000_000; default 0 (no drops).
+    pub rx_drop_ppm: u32,
+    /// Seed of the drop generator of [`UdpConfig::rx_drop_ppm`]. Default 0.
+    pub rx_drop_seed: u64,
 }
 
 impl Default for UdpConfig {
@@ -94,6 +109,8 @@ impl Default for UdpConfig {
             batch: 32,
             socket_buffer_bytes: 4 << 20,
             mtu: None,
+            rx_drop_ppm: 0,
+            rx_drop_seed: 0,
         }
     }
 }
@@ -267,6 +284,9 @@ pub struct UdpStats {
     pub icrc_rewrites: u64,
     /// Per-port source sockets bound.
     pub source_sockets: u64,
+    /// Received datagrams dropped on purpose ([`UdpConfig::rx_drop_ppm`], a testing
+    /// aid); included in `rx_datagrams`, never handed to the device.
+    pub rx_injected_drops: u64,
 }
 
 /// Size of one receive buffer: larger than [`MAX_ROCE_PACKET_LEN`], so an oversized
@@ -338,6 +358,9 @@ pub struct UdpSockets {
     mtu: Mtu,
     interface: Option<Interface>,
     stats: UdpStats,
+    /// Injected receive loss: datagrams dropped per million, and the generator's state.
+    drop_ppm: u32,
+    drop_state: u64,
 }
 
 impl std::fmt::Debug for UdpSockets {
@@ -453,6 +476,9 @@ impl UdpSockets {
         if !(1..=1024).contains(&config.batch) {
             return Err(BackendError::Config("batch must be 1..=1024 datagrams"));
         }
+        if config.rx_drop_ppm > 1_000_000 {
+            return Err(BackendError::Config("rx_drop_ppm must be 0..=1_000_000"));
+        }
         let main = bound_socket(addr, port, config.socket_buffer_bytes)?;
         let interface = interface_of(addr).map_err(os("getifaddrs/SIOCGIFMTU", addr))?;
         let mtu = config.mtu.unwrap_or_else(|| {
@@ -495,6 +521,8 @@ impl UdpSockets {
             mtu,
             interface,
             stats: UdpStats::default(),
+            drop_ppm: config.rx_drop_ppm,
+            drop_state: config.rx_drop_seed,
         })
     }
 
@@ -582,6 +610,10 @@ impl UdpSockets {
             };
             let len = (h.msg_len as usize).min(RX_BUF);
             self.stats.rx_datagrams += 1;
+            if self.drop_ppm > 0 && inject_drop(&mut self.drop_state, self.drop_ppm) {
+                self.stats.rx_injected_drops += 1;
+                continue;
+            }
             f(src, &rx.bufs[i * RX_BUF..i * RX_BUF + len]);
         }
         Ok(n)
@@ -764,6 +796,17 @@ impl UdpSockets {
     }
 }
 
+/// One draw of the injected-loss generator (SplitMix64 over `state`): true for a
+/// datagram to drop, `ppm` times in a million on average.
+fn inject_drop(state: &mut u64, ppm: u32) -> bool {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    z % 1_000_000 < u64::from(ppm)
+}
+
 /// Writes `a` into `st`; returns the length to pass as `msg_namelen`.
 fn std_to_storage(a: SocketAddr, st: &mut libc::sockaddr_storage) -> libc::socklen_t {
     match a {
@@ -842,6 +885,23 @@ mod tests {
             // SAFETY: just written by std_to_storage.
             assert_eq!(unsafe { storage_to_std(&st) }, Some(a));
         }
+    }
+
+    #[test]
+    fn injected_drops_follow_the_rate_and_the_seed() {
+        let run = |seed: u64, ppm: u32| {
+            let mut st = seed;
+            (0..100_000)
+                .map(|_| inject_drop(&mut st, ppm))
+                .collect::<Vec<_>>()
+        };
+        let a = run(7, 50_000);
+        let drops = a.iter().filter(|&&d| d).count();
+        assert!((4_000..6_000).contains(&drops), "{drops} of 100000 at 5%");
+        assert_eq!(a, run(7, 50_000), "same seed, same drops");
+        assert_ne!(a, run(8, 50_000));
+        assert!(!run(7, 0).contains(&true));
+        assert!(!run(7, 1_000_000).contains(&false));
     }
 
     #[test]

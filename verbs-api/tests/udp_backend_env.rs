@@ -1,0 +1,61 @@
+//! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`.
+//! One test only, so no other test of this binary sees the environment change.
+
+use uroce_verbs::*;
+
+fn one_line(e: &VerbsError) -> String {
+    let m = e.to_string();
+    assert!(!m.contains('\n'), "not one line: {m}");
+    m
+}
+
+#[test]
+fn uroce_backend_selects_udp_or_raw_and_refuses_anything_else() {
+    let devs = devices_from("e0=127.14.30.1,e1=127.14.30.2").unwrap();
+
+    std::env::remove_var("UROCE_BACKEND");
+    assert_eq!(backend_from_env().unwrap().name(), "udp");
+    let ctx = devs[0].open().unwrap();
+    assert_eq!(ctx.backend(), "udp");
+    assert!(ctx.driver().unwrap().is_threaded());
+    drop(ctx);
+
+    for v in ["udp", " UDP ", ""] {
+        std::env::set_var("UROCE_BACKEND", v);
+        assert_eq!(backend_from_env().unwrap().name(), "udp", "{v:?}");
+    }
+    assert_eq!(devs[0].open().unwrap().backend(), "udp");
+
+    // raw: a loopback address is refused with the reason and what to use instead. (A
+    // process without CAP_NET_RAW is refused with `NeedsCapNetRaw` on other interfaces;
+    // the raw backend's own tests cover that.)
+    std::env::set_var("UROCE_BACKEND", "raw");
+    assert_eq!(backend_from_env().unwrap().name(), "raw");
+    let e = devs[1].open().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            VerbsError::Backend(BackendError::Raw(RawError::Loopback { .. }))
+        ),
+        "{e:?}"
+    );
+    let m = one_line(&e);
+    assert!(
+        m.contains("127.14.30.2") && m.contains("UDP backend"),
+        "{m}"
+    );
+
+    std::env::set_var("UROCE_BACKEND", "rdma");
+    let e = devs[1].open().unwrap_err();
+    assert!(
+        matches!(e, VerbsError::Backend(BackendError::Config(_))),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::EINVAL);
+    let m = one_line(&e);
+    assert!(
+        m.contains("UROCE_BACKEND") && m.contains("udp") && m.contains("raw"),
+        "{m}"
+    );
+    std::env::remove_var("UROCE_BACKEND");
+}
