@@ -40,7 +40,8 @@ unit-test:
 	@mkdir -p target
 	# The tool tests run the examples as programs, so build them under their plain names.
 	$(CARGO) build --workspace --examples
-	set -o pipefail; $(CARGO) test --workspace --all-targets 2>&1 | tee target/test-results.log
+	# Not --all-targets: that would also run the harness-less benchmarks as tests.
+	set -o pipefail; $(CARGO) test --workspace --lib --bins --tests --examples 2>&1 | tee target/test-results.log
 	set -o pipefail; $(CARGO) test --workspace --doc 2>&1 | tee -a target/test-results.log
 
 fuzz-build:

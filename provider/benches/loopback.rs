@@ -300,6 +300,9 @@ fn raw_ping_pong(a: &str, b: &str, busy: bool) -> (f64, f64) {
 }
 
 fn half_rtt(mut v: Vec<Duration>) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
     v.sort();
     let at = |q: f64| v[((v.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6 / 2.0;
     (at(0.5), at(0.99))
