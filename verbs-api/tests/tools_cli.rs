@@ -646,3 +646,178 @@ fn pingpong_exchange_is_accepted_by_the_rxe_lab_peer() {
     assert_eq!(client.status.code(), Some(1), "{cerr}");
     assert!(cerr.contains("RetryExcErr"), "{cerr}");
 }
+
+/// A fake exchange peer listening on `addr`: runs `script` on the one connection it
+/// accepts (the rdma-core or perftest side of the TCP exchange, misbehaving).
+fn fake_peer(
+    addr: &str,
+    script: impl FnOnce(TcpStream) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let l = TcpListener::bind(addr).unwrap();
+    std::thread::spawn(move || {
+        if let Ok((s, _)) = l.accept() {
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            script(s)
+        }
+    })
+}
+
+/// Connects to a uroce server at `addr`, retrying until it listens.
+fn connect_retry(addr: &str) -> TcpStream {
+    let start = Instant::now();
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => return s,
+            Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("server never listened on {addr}: {e}"),
+        }
+    }
+}
+
+/// perftest 6.06's first steps (version, system data, MTU) as the server, answering `mtu`.
+fn perftest_hello(s: &mut TcpStream, version: &[u8], mtu: &[u8; 2]) {
+    let mut v = [0u8; 16];
+    s.read_exact(&mut v).unwrap();
+    let mut ver = [0u8; 16];
+    ver[..version.len()].copy_from_slice(version);
+    s.write_all(&ver).unwrap();
+    if version.starts_with(b"6") {
+        for _ in 0..2 {
+            let mut x = [0u8; 4];
+            s.read_exact(&mut x).unwrap();
+            s.write_all(&x).unwrap();
+        }
+        let mut m = [0u8; 2];
+        s.read_exact(&mut m).unwrap();
+        s.write_all(mtu).unwrap();
+    }
+}
+
+/// Bad exchange peers (the interop issue's list): a malformed message, a peer that
+/// closes early, a zero GID, an unknown local GID index, a bad perftest version or MTU
+/// message. Each: one line on stderr, status 1, well within the deadline. The cases on
+/// one address run one after the other, so each also shows the previous run left the
+/// device clean (port 4791 on that address is free again).
+#[test]
+fn bad_exchange_peers_fail_with_one_line_and_leave_the_device_clean() {
+    let (me, peer_ip) = ("127.22.30.2", "127.22.30.1");
+    let client = |tool: &[&str], port: u16| {
+        let p = port.to_string();
+        let mut args: Vec<&str> = tool.to_vec();
+        args.extend(["--ip", me, "--timeout", "2", "-p", &p, peer_ip]);
+        let start = Instant::now();
+        let o = run(&args);
+        assert!(start.elapsed() < Duration::from_secs(30), "{args:?}");
+        one_line_error(&o)
+    };
+    let pp = &["pingpong", "-n", "5"][..];
+
+    // A malformed address message.
+    let t = fake_peer("127.22.30.1:19701", |mut s| {
+        let mut m = [0u8; 52];
+        s.read_exact(&mut m).unwrap();
+        let _ = s.write_all(&[b'z'; 52]);
+    });
+    let err = client(pp, 19701);
+    assert!(err.contains("LID:QPN:PSN:GID"), "{err}");
+    t.join().unwrap();
+
+    // The peer closes the connection before answering.
+    let t = fake_peer("127.22.30.1:19702", |mut s| {
+        let mut m = [0u8; 52];
+        s.read_exact(&mut m).unwrap();
+    });
+    let err = client(pp, 19702);
+    assert!(err.contains("closed the TCP connection"), "{err}");
+    t.join().unwrap();
+
+    // The peer answers with a zero GID (an rdma-core program run without -g).
+    let t = fake_peer("127.22.30.1:19703", |mut s| {
+        let mut m = [0u8; 52];
+        s.read_exact(&mut m).unwrap();
+        let _ = s.write_all(b"0000:000011:000001:00000000000000000000000000000000\0");
+        let _ = s.read(&mut m);
+    });
+    let err = client(pp, 19703);
+    assert!(err.contains("zero GID"), "{err}");
+    t.join().unwrap();
+
+    // The peer says nothing: the timeout, not a hang.
+    let t = fake_peer("127.22.30.1:19704", |mut s| {
+        let mut m = [0u8; 52];
+        s.read_exact(&mut m).unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+    });
+    let err = client(pp, 19704);
+    assert!(err.contains("sent nothing over TCP"), "{err}");
+    t.join().unwrap();
+
+    // A GID index uroce does not have (it has index 0 only).
+    let err = client(&["pingpong", "-g", "3"], 19705);
+    assert!(err.contains("GID index 3"), "{err}");
+    let err = client(&["perf", "write-bw", "-x", "3"], 19705);
+    assert!(err.contains("GID index 3"), "{err}");
+
+    // perftest: an old or garbled version, a garbled MTU, malformed keys, an early close.
+    let t = fake_peer("127.22.30.1:19706", |mut s| {
+        perftest_hello(&mut s, b"5.10", b"3\0")
+    });
+    let err = client(&["perf", "write-bw"], 19706);
+    assert!(err.contains("older than 5.70"), "{err}");
+    t.join().unwrap();
+    let t = fake_peer("127.22.30.1:19707", |mut s| {
+        perftest_hello(&mut s, b"HTTP/1.1 200 OK", b"3\0")
+    });
+    let err = client(&["perf", "write-bw"], 19707);
+    assert!(err.contains("not a perftest version"), "{err}");
+    t.join().unwrap();
+    let t = fake_peer("127.22.30.1:19708", |mut s| {
+        perftest_hello(&mut s, b"6.06", b"7\0")
+    });
+    let err = client(&["perf", "write-bw"], 19708);
+    assert!(err.contains("ibv_mtu"), "{err}");
+    t.join().unwrap();
+    let t = fake_peer("127.22.30.1:19709", |mut s| {
+        perftest_hello(&mut s, b"6.06", b"5\0");
+        let mut k = [0u8; 108];
+        s.read_exact(&mut k).unwrap();
+        let _ = s.write_all(&[b'#'; 108]);
+    });
+    let err = client(&["perf", "send-bw"], 19709);
+    assert!(err.contains("not perftest's format"), "{err}");
+    t.join().unwrap();
+    let t = fake_peer("127.22.30.1:19710", |mut s| {
+        perftest_hello(&mut s, b"6.06", b"5\0");
+        let mut k = [0u8; 108];
+        s.read_exact(&mut k).unwrap();
+    });
+    let err = client(&["perf", "read-lat"], 19710);
+    assert!(err.contains("closed the TCP connection"), "{err}");
+    t.join().unwrap();
+
+    // uroce as the server: a client that sends half a message and leaves, and one that
+    // sends garbage as its perftest version.
+    for (tool, bytes, want) in [
+        (
+            &["pingpong"][..],
+            &b"0000:0000"[..],
+            "closed the TCP connection",
+        ),
+        (
+            &["perf", "write-bw"][..],
+            &b"GET / HTTP/1.1\r\n"[..],
+            "not a perftest version",
+        ),
+    ] {
+        let mut args: Vec<&str> = tool.to_vec();
+        args.extend(["--ip", "127.22.30.3", "--timeout", "2", "-p", "19711"]);
+        let server = uroce().args(&args).spawn().unwrap();
+        let mut s = connect_retry("127.22.30.3:19711");
+        s.write_all(bytes).unwrap();
+        drop(s);
+        let err = one_line_error(&wait(server, "server"));
+        assert!(err.contains(want), "{err}");
+    }
+}

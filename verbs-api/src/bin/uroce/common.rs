@@ -22,6 +22,16 @@ use crate::pcapout::PcapOut;
 /// A one-line error message.
 pub type Fail = String;
 
+/// The I/O backend of `--backend`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// UDP sockets (no privilege).
+    #[default]
+    Udp,
+    /// AF_PACKET raw frames (CAP_NET_RAW).
+    Raw,
+}
+
 /// Device selection, capture and counters: the flags every traffic command takes.
 #[derive(Args, Debug, Clone, Default)]
 pub struct DevArgs {
@@ -47,6 +57,12 @@ pub struct DevArgs {
     /// Print the device and QP counters at the end.
     #[arg(long)]
     pub stats: bool,
+    /// The I/O backend: `udp` (a UDP socket on port 4791; cannot check the ICRC of
+    /// IPv4 packets from senders with non-zero IP IDs, such as Linux rxe) or `raw`
+    /// (whole Ethernet frames on an AF_PACKET socket: every ICRC checked; needs
+    /// CAP_NET_RAW). Default: what `UROCE_BACKEND` names, else `udp`.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendKind>,
     /// Give up after this many seconds without progress (TCP connect and reads,
     /// completions).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_secs)]
@@ -182,9 +198,35 @@ pub struct Opened {
 
 /// Opens `dev` on the UDP backend and attaches `pcap` (if any) to its datapath.
 pub fn open(dev: &Device, pcap: Option<&Arc<PcapOut>>) -> Result<Opened, Fail> {
-    let ctx = dev
-        .open()
-        .map_err(|e| format!("cannot open device {} ({}): {e}", dev.name(), dev.addr()))?;
+    open_with(dev, pcap, None)
+}
+
+/// Opens `dev` on the chosen backend and attaches `pcap` (if any) to its datapath.
+pub fn open_with(
+    dev: &Device,
+    pcap: Option<&Arc<PcapOut>>,
+    backend: Option<BackendKind>,
+) -> Result<Opened, Fail> {
+    let ctx = match backend {
+        None => dev.open(),
+        Some(BackendKind::Udp) => {
+            let mut b = [0u8; 8];
+            let _ = getrandom::getrandom(&mut b);
+            dev.open_on(
+                &uroce_provider::backend::udp::UdpBackend::default(),
+                u64::from_ne_bytes(b),
+            )
+        }
+        Some(BackendKind::Raw) => {
+            let mut b = [0u8; 8];
+            let _ = getrandom::getrandom(&mut b);
+            dev.open_on(
+                &uroce_provider::backend::raw::RawBackend::default(),
+                u64::from_ne_bytes(b),
+            )
+        }
+    }
+    .map_err(|e| format!("cannot open device {} ({}): {e}", dev.name(), dev.addr()))?;
     if let Some(p) = pcap {
         ctx.provider().set_tap(Some(p.tap()));
     }
@@ -312,25 +354,63 @@ pub fn random_psn() -> u32 {
 }
 
 /// Polls `cq` into `wc` until at least one completion arrives or `timeout` passes with
-/// none. Returns how many were taken.
+/// none. Returns how many were taken. Spins for [`SPIN_FOR`], then naps between polls
+/// (see [`Backoff`]) so a waiting tool does not take a CPU from its peer.
 pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Result<usize, Fail> {
-    let start = Instant::now();
-    let mut spins = 0u32;
+    let mut b = Backoff::new();
     loop {
         let n = cq.poll(wc);
         if n > 0 {
             return Ok(n);
         }
-        spins += 1;
-        if spins.is_multiple_of(64) && start.elapsed() > timeout {
+        if b.pause() > timeout {
             return Err(format!(
                 "no completion within {:.1} s: the peer stopped answering",
                 timeout.as_secs_f64()
             ));
         }
-        if spins > 256 {
-            std::thread::yield_now();
+    }
+}
+
+/// How long a wait spins before it naps between polls.
+pub const SPIN_FOR: Duration = Duration::from_micros(200);
+
+/// A polling wait's pacing: spin (yielding) for [`SPIN_FOR`], then sleep 20 µs between
+/// polls. Busy polling both host cores starved the lab's TCG guests (their peers), whose
+/// round trips are hundreds of microseconds anyway.
+pub struct Backoff {
+    start: Instant,
+    spins: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Backoff {
+    /// Starts a wait.
+    pub fn new() -> Backoff {
+        Backoff {
+            start: Instant::now(),
+            spins: 0,
         }
+    }
+
+    /// Pauses before the next poll; returns the time waited so far.
+    pub fn pause(&mut self) -> Duration {
+        self.spins = self.spins.wrapping_add(1);
+        let waited = self.start.elapsed();
+        if waited < SPIN_FOR {
+            std::hint::spin_loop();
+            if self.spins.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        waited
     }
 }
 

@@ -8,8 +8,8 @@
 //! `"%04x:%06x:%06x:%s\0"`: LID, QPN, PSN, and the GID as 32 hex digits of its 16 bytes
 //! in order (`sizeof "0000:000000:000000:00000000000000000000000000000000"`). The server
 //! reads them, brings its QPs to RTR/RTS towards them, and answers the same with its own;
-//! the client then writes `"done\0"` (5 bytes). The SRQ example sends one message per QP
-//! in each direction.
+//! the client then writes `"done\0"` (5 bytes). The SRQ example always sends 256
+//! messages each way ([`PP_SRQ_SLOTS`]): one per QP, then all-zero ones.
 //!
 //! # perftest (`uroce perf`)
 //!
@@ -25,17 +25,21 @@
 //!    `"%04x:%04x:%06x:%06x:%08x:%016llx:"` + 16 x `"%02x:"` (GID bytes) + `"%08x:"` + NUL:
 //!    LID, outstanding reads, QPN, PSN, R_Key, buffer address, GID, SRQ number
 //!    (`KEY_PRINT_FMT_GID`, `KEY_MSG_SIZE_GID`; a GID index is always set on RoCE);
-//! 5. after both sides are RTS, one more keys exchange (a barrier);
-//! 6. bandwidth tests: the server waits in a keys exchange until the client finished;
-//!    then the client's report goes over: message size (8 bytes), iterations (8 bytes),
-//!    peak bandwidth, average bandwidth and message rate (IEEE doubles), each big-endian
-//!    and exchanged one at a time; the server prints the client's figures;
-//! 7. a last keys exchange closes the connection.
+//!    perftest 6.06 sends every QP's keys twice (2 x QPs messages each way);
+//! 5. after both sides are RTR/RTS, one more keys exchange (a barrier); SEND tests and
+//!    every latency test add a second one (receives posted before the traffic);
+//! 6. WRITE/READ/atomic bandwidth: the server waits in a keys exchange until the client
+//!    finished; then the client's report goes over: message size (8 bytes), iterations
+//!    (8 bytes), peak bandwidth, average bandwidth and message rate (IEEE doubles), each
+//!    big-endian and exchanged one at a time; the server prints the client's figures.
+//!    `send_bw` exchanges no report: each side prints what it measured;
+//! 7. the close: a last keys exchange, then each side writes `"done\0"` and closes
+//!    (`ib_write_lat` skips both and just closes).
 //!
-//! Latency tests run both sides between steps 5 and 7 and exchange no report. With `-a`,
-//! uroce adds a keys exchange before each size of `send-bw`/`send-lat` so the server's
-//! receives match the size (perftest's own servers track sizes by themselves; checking
-//! this against perftest 6.06 is left to the interop issue).
+//! In `ib_send_lat` the client sends first, in `ib_write_lat` the server does. With `-a`,
+//! SEND tests do two keys exchanges between sizes. All of this was read off the wire
+//! between two rxe guests running perftest 6.06 (`tests/lab/interop.sh` checks it
+//! against them).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -92,13 +96,12 @@ impl Link {
         }
     }
 
-    /// Waits for reads without a time limit (`false`: back to the timeout). For the
-    /// server of a bandwidth test, which waits for the whole run of the client; a client
-    /// that goes away still ends the wait (the connection closes).
-    pub fn set_unbounded_reads(&mut self, unbounded: bool) -> Result<(), Fail> {
-        let t = if unbounded { None } else { Some(self.timeout) };
+    /// Bounds each read by `bound` instead of the timeout (the server of a bandwidth
+    /// test waits for the client's whole run; a client that goes away still ends the
+    /// wait, since the connection closes).
+    pub fn set_read_bound(&mut self, bound: Duration) -> Result<(), Fail> {
         self.stream
-            .set_read_timeout(t)
+            .set_read_timeout(Some(bound.max(Duration::from_millis(1))))
             .map_err(|e| format!("TCP socket options: {e}"))
     }
 
@@ -286,35 +289,76 @@ impl PpDest {
     }
 }
 
-/// Client side of the pingpong exchange: sends `mine`, reads as many from the server,
-/// sends `"done"`.
-pub fn pp_client(link: &mut Link, mine: &[PpDest]) -> Result<Vec<PpDest>, Fail> {
-    for d in mine {
-        link.send(&d.to_wire())?;
+/// Messages each way in `ibv_srq_pingpong`'s exchange: it always writes and reads its
+/// `MAX_QP` (256) messages, the first `-q` of them real and the rest all zeros (seen on
+/// the wire between two rxe guests: 13,312 bytes each way, then `"done"`).
+pub const PP_SRQ_SLOTS: usize = 256;
+
+/// How many messages go each way for `n` QPs: `n`, or [`PP_SRQ_SLOTS`] for the SRQ
+/// example.
+pub fn pp_slots(n: usize, srq: bool) -> usize {
+    if srq {
+        PP_SRQ_SLOTS.max(n)
+    } else {
+        n
     }
+}
+
+/// The filler message of an unused SRQ slot (all fields zero).
+fn pp_filler() -> [u8; PP_MSG_LEN] {
+    PpDest {
+        lid: 0,
+        qpn: 0,
+        psn: 0,
+        gid: Gid([0; 16]),
+    }
+    .to_wire()
+}
+
+/// Client side of the pingpong exchange: sends `mine` (padded with zero messages to
+/// `slots`), reads `slots` messages from the server and keeps the first `mine.len()`,
+/// sends `"done"`.
+pub fn pp_client(link: &mut Link, mine: &[PpDest], slots: usize) -> Result<Vec<PpDest>, Fail> {
+    let slots = slots.max(mine.len());
+    let mut out = Vec::with_capacity(slots * PP_MSG_LEN);
+    for i in 0..slots {
+        out.extend_from_slice(&mine.get(i).map_or_else(pp_filler, |d| d.to_wire()));
+    }
+    link.send(&out)?;
     let mut rem = Vec::with_capacity(mine.len());
-    for _ in mine {
-        rem.push(PpDest::parse(&link.recv(PP_MSG_LEN)?)?);
+    for i in 0..slots {
+        let m = link.recv(PP_MSG_LEN)?;
+        if i < mine.len() {
+            rem.push(PpDest::parse(&m)?);
+        }
     }
     link.send(PP_DONE)?;
     Ok(rem)
 }
 
-/// Server side: reads `n` client messages, calls `connect` (which brings the QPs to RTR
-/// and returns our own messages), answers, and waits for `"done"`.
+/// Server side: reads `slots` client messages and keeps the first `n`, calls `connect`
+/// (which brings the QPs to RTR and returns our own messages), answers (padded to
+/// `slots`), and waits for `"done"`.
 pub fn pp_server(
     link: &mut Link,
     n: usize,
+    slots: usize,
     connect: impl FnOnce(&[PpDest]) -> Result<Vec<PpDest>, Fail>,
 ) -> Result<Vec<PpDest>, Fail> {
+    let slots = slots.max(n);
     let mut rem = Vec::with_capacity(n);
-    for _ in 0..n {
-        rem.push(PpDest::parse(&link.recv(PP_MSG_LEN)?)?);
+    for i in 0..slots {
+        let m = link.recv(PP_MSG_LEN)?;
+        if i < n {
+            rem.push(PpDest::parse(&m)?);
+        }
     }
     let mine = connect(&rem)?;
-    for d in &mine {
-        link.send(&d.to_wire())?;
+    let mut out = Vec::with_capacity(slots * PP_MSG_LEN);
+    for i in 0..slots {
+        out.extend_from_slice(&mine.get(i).map_or_else(pp_filler, |d| d.to_wire()));
     }
+    link.send(&out)?;
     let done = link.recv(PP_DONE.len())?;
     if &done[..] != PP_DONE {
         return Err(format!(
@@ -442,7 +486,12 @@ impl PerfLink {
         let rv = p.link.xchg(client, &v)?;
         p.rem_version =
             String::from_utf8_lossy(rv.split(|&b| b == 0).next().unwrap_or_default()).into_owned();
-        let rem: f64 = p.rem_version.trim().parse().unwrap_or(0.0);
+        let Ok(rem) = p.rem_version.trim().parse::<f64>() else {
+            return Err(format!(
+                "the peer's first message is not a perftest version string: {:?}",
+                String::from_utf8_lossy(&rv)
+            ));
+        };
         if rem < 5.70 {
             return Err(format!(
                 "the peer's perftest version {:?} is older than 5.70, which this exchange needs",
@@ -456,17 +505,30 @@ impl PerfLink {
         let mine = [b'0' + (mtu_code as u8 % 10), 0];
         let r = p.link.xchg(client, &mine)?;
         let rem_code = u32::from(r[0].wrapping_sub(b'0'));
-        let code = if (1..=5).contains(&rem_code) && rem_code < mtu_code {
-            rem_code
-        } else {
-            mtu_code
-        };
+        if !(1..=5).contains(&rem_code) || r[1] != 0 {
+            return Err(format!(
+                "the peer's MTU message is not an ibv_mtu code (1..5): {:?}",
+                String::from_utf8_lossy(&r)
+            ));
+        }
+        // Each side uses the smaller MTU (a peer's MTU above ours is not an error).
+        let code = rem_code.min(mtu_code);
         Ok((p, code))
     }
 
     /// A keys exchange (`ctx_hand_shake`): per QP at setup, and as a barrier.
     pub fn hand_shake(&mut self, mine: &PerfDest) -> Result<PerfDest, Fail> {
         PerfDest::parse(&self.link.xchg(self.client, &mine.to_wire())?)
+    }
+
+    /// The end of perftest 6.06's exchange (`ctx_close_connection`): each side writes
+    /// `"done\0"` and closes, without waiting for the other; uroce also reads the
+    /// peer's, briefly, so neither side closes on unread data. Errors are ignored: the
+    /// test is over.
+    pub fn done(&mut self) {
+        let _ = self.link.send(PP_DONE);
+        let _ = self.link.set_read_bound(Duration::from_secs(2));
+        let _ = self.link.recv(PP_DONE.len());
     }
 
     /// Exchanges bandwidth reports (`xchg_bw_reports`), field by field, big-endian.
@@ -526,5 +588,134 @@ mod tests {
         assert!(w.starts_with(b"0000:0010:000011:abcdef:00001234:0000555500001000:00:00:"));
         assert!(w[..107].ends_with(b":0a:63:00:01:00000000:"));
         assert_eq!(PerfDest::parse(&w).unwrap(), d);
+    }
+
+    fn pair() -> (Link, std::net::TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let c = std::net::TcpStream::connect(addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (Link::new(s, Duration::from_secs(5)).unwrap(), c)
+    }
+
+    fn dest(qpn: u32) -> PpDest {
+        PpDest {
+            lid: 0,
+            qpn,
+            psn: 0x100 + qpn,
+            gid: Gid::from_ip("10.99.0.1".parse().unwrap()),
+        }
+    }
+
+    /// `ibv_srq_pingpong` writes and reads 256 messages each way whatever `-q` is; uroce
+    /// sent and read only `-q`, and both sides stopped (seen against rxe: "the client
+    /// ended the exchange with \"0000:\"").
+    #[test]
+    fn srq_pingpong_exchange_is_256_messages_each_way() {
+        assert_eq!(pp_slots(4, true), 256);
+        assert_eq!(pp_slots(1, false), 1);
+        // uroce as the server, a fake ibv_srq_pingpong client with -q 4.
+        let (mut link, mut peer) = pair();
+        let t = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for i in 0..256u32 {
+                let d = if i < 4 {
+                    dest(0x20 + i)
+                } else {
+                    PpDest {
+                        lid: 0,
+                        qpn: 0,
+                        psn: 0,
+                        gid: Gid([0; 16]),
+                    }
+                };
+                out.extend_from_slice(&d.to_wire());
+            }
+            peer.write_all(&out).unwrap();
+            let mut back = vec![0u8; 256 * PP_MSG_LEN];
+            peer.read_exact(&mut back).unwrap();
+            peer.write_all(PP_DONE).unwrap();
+            back
+        });
+        let mine: Vec<PpDest> = (0..4).map(|i| dest(0x40 + i)).collect();
+        let m2 = mine.clone();
+        let rem = pp_server(&mut link, 4, pp_slots(4, true), |r| {
+            assert_eq!(r.len(), 4);
+            Ok(m2)
+        })
+        .unwrap();
+        assert_eq!(rem, (0..4).map(|i| dest(0x20 + i)).collect::<Vec<_>>());
+        let back = t.join().unwrap();
+        assert_eq!(PpDest::parse(&back[..PP_MSG_LEN]).unwrap(), mine[0]);
+        assert_eq!(PpDest::parse(&back[3 * PP_MSG_LEN..]).unwrap(), mine[3]);
+        assert!(back[4 * PP_MSG_LEN..].starts_with(b"0000:000000:000000:0000"));
+
+        // uroce as the client: 256 out, 256 in, then "done".
+        let (mut link, mut peer) = pair();
+        let t = std::thread::spawn(move || {
+            let mut got = vec![0u8; 256 * PP_MSG_LEN];
+            peer.read_exact(&mut got).unwrap();
+            let mut out = Vec::new();
+            for i in 0..256u32 {
+                out.extend_from_slice(&dest(0x60 + i).to_wire());
+            }
+            peer.write_all(&out).unwrap();
+            let mut done = [0u8; 5];
+            peer.read_exact(&mut done).unwrap();
+            done
+        });
+        let rem = pp_client(&mut link, &mine, pp_slots(4, true)).unwrap();
+        assert_eq!(rem.len(), 4);
+        assert_eq!(rem[3], dest(0x63));
+        assert_eq!(&t.join().unwrap(), PP_DONE);
+    }
+
+    /// perftest 6.06 ends with `"done\0"` from each side; uroce never sent it.
+    #[test]
+    fn perftest_close_sends_done_and_tolerates_a_peer_that_left() {
+        let (link, mut peer) = pair();
+        let mut pl = PerfLink {
+            link,
+            client: true,
+            rem_version: "6.06".into(),
+        };
+        peer.write_all(PP_DONE).unwrap();
+        pl.done();
+        let mut got = [0u8; 5];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, PP_DONE);
+        drop(peer);
+        pl.done(); // the peer is gone: no error, no hang
+    }
+
+    /// A peer whose MTU message is not an ibv_mtu code is refused with one line; a peer
+    /// with a larger MTU than ours is not an error (each side uses the smaller).
+    #[test]
+    fn perftest_mtu_message_is_checked_and_the_smaller_mtu_wins() {
+        for (theirs, want) in [(b"5\0", Ok(3)), (b"2\0", Ok(2)), (b"9\0", Err("ibv_mtu"))] {
+            let (link, mut peer) = pair();
+            let t = std::thread::spawn(move || {
+                let mut v = [0u8; 16];
+                peer.read_exact(&mut v).unwrap();
+                let mut ver = [0u8; 16];
+                ver[..4].copy_from_slice(b"6.06");
+                peer.write_all(&ver).unwrap();
+                for _ in 0..2 {
+                    let mut x = [0u8; 4];
+                    peer.read_exact(&mut x).unwrap();
+                    peer.write_all(&x).unwrap();
+                }
+                let mut m = [0u8; 2];
+                peer.read_exact(&mut m).unwrap();
+                peer.write_all(theirs).unwrap();
+                m
+            });
+            let r = PerfLink::start(link, true, 3).map(|(_, code)| code);
+            match want {
+                Ok(code) => assert_eq!(r.unwrap(), code),
+                Err(what) => assert!(r.unwrap_err().contains(what)),
+            }
+            assert_eq!(&t.join().unwrap(), b"3\0");
+        }
     }
 }

@@ -247,6 +247,82 @@ fn lat_row(size: u64, iters: u64, s: &LatStats) -> String {
     )
 }
 
+/// The report of `iters` messages of `size` bytes on each of `qps` QPs, timed from
+/// `start` to the last of `marks` (time, messages done so far). The average is bytes over
+/// that time; the peak is the best rate over any window of at least a tenth of the
+/// messages.
+fn bw_from_marks(
+    size: u64,
+    iters: u64,
+    qps: u64,
+    start: Instant,
+    marks: &[(Instant, u64)],
+) -> BwReport {
+    let end = marks.last().map_or(start, |m| m.0);
+    let elapsed = end.duration_since(start).as_secs_f64().max(1e-9);
+    let msgs = iters * qps;
+    let mb = (size * msgs) as f64 / f64::from(1u32 << 20);
+    let bw_avg = mb / elapsed;
+    let win = (msgs / 10).max(1);
+    let mut peak = bw_avg;
+    let mut j = 0;
+    for k in 0..marks.len() {
+        while j + 1 < k && marks[k].1 - marks[j + 1].1 >= win {
+            j += 1;
+        }
+        let (dt, dm) = (
+            marks[k].0.duration_since(marks[j].0).as_secs_f64(),
+            marks[k].1.saturating_sub(marks[j].1),
+        );
+        if dm >= win && dt > 0.0 {
+            peak = peak.max((size * dm) as f64 / f64::from(1u32 << 20) / dt);
+        }
+    }
+    BwReport {
+        size,
+        iters,
+        bw_peak: peak,
+        bw_avg,
+        msg_rate: msgs as f64 / elapsed / 1e6,
+    }
+}
+
+/// Completions a latency test saw before it waited for them. Under loss, a lost ACK
+/// delays our SEND's completion past the peer's next message: the receive completes
+/// while we still wait for the SEND, and must count for the next receive wait (it was
+/// dropped, and send-lat against rxe with 5 % loss stalled).
+#[derive(Clone, Copy, Debug, Default)]
+struct Early {
+    sends: u64,
+    recvs: u64,
+}
+
+impl Early {
+    /// Records a completion of `kind`.
+    fn note(&mut self, kind: u64) {
+        match kind {
+            KIND_SEND => self.sends += 1,
+            KIND_RECV => self.recvs += 1,
+            _ => {}
+        }
+    }
+
+    /// Takes one recorded completion of `kind`, if there is one.
+    fn take(&mut self, kind: u64) -> bool {
+        let n = match kind {
+            KIND_SEND => &mut self.sends,
+            KIND_RECV => &mut self.recvs,
+            _ => return false,
+        };
+        if *n > 0 {
+            *n -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// One side's resources.
 struct Side {
     o: Opened,
@@ -263,6 +339,8 @@ struct Side {
     mtu: Mtu,
     /// Receives outstanding per QP (SEND tests).
     routs: Vec<usize>,
+    /// Completions that came before they were waited for (latency tests).
+    early: Early,
 }
 
 const KIND_SEND: u64 = 1 << 40;
@@ -283,7 +361,7 @@ impl Side {
             ));
         }
         ctx.query_gid(1, cfg.gid_index)
-            .map_err(|x| format!("GID index {}: {x}", cfg.gid_index))?;
+            .map_err(|x| format!("-x {}: {x}", cfg.gid_index))?;
         let max_size = cfg.sizes.iter().copied().max().unwrap_or(8);
         let bufsz = max_size.max(4096);
         let pd = ctx.alloc_pd().map_err(|x| e("alloc PD", x))?;
@@ -339,6 +417,7 @@ impl Side {
             .collect();
         Ok(Side {
             routs: vec![0; qps.len()],
+            early: Early::default(),
             o,
             _pd: pd,
             mr,
@@ -482,47 +561,34 @@ impl Side {
             }
             marks.push((Instant::now(), total_done));
         }
-        let elapsed = start.elapsed().as_secs_f64().max(1e-9);
-        let msgs = iters * n as u64;
-        let mb = (size * msgs) as f64 / f64::from(1u32 << 20);
-        let bw_avg = mb / elapsed;
-        // Peak: the best rate over any window of at least a tenth of the messages.
-        let win = (msgs / 10).max(1);
-        let mut peak = bw_avg;
-        let mut j = 0;
-        for k in 0..marks.len() {
-            while j + 1 < k && marks[k].1 - marks[j + 1].1 >= win {
-                j += 1;
-            }
-            let (dt, dm) = (
-                marks[k].0.duration_since(marks[j].0).as_secs_f64(),
-                marks[k].1 - marks[j].1,
-            );
-            if dm >= win && dt > 0.0 {
-                peak = peak.max((size * dm) as f64 / f64::from(1u32 << 20) / dt);
-            }
-        }
-        Ok(BwReport {
-            size,
-            iters,
-            bw_peak: peak,
-            bw_avg,
-            msg_rate: msgs as f64 / elapsed / 1e6,
-        })
+        Ok(bw_from_marks(size, iters, n as u64, start, &marks))
     }
 
-    /// Server side of a SEND bandwidth run: receives every message.
-    fn bw_send_server(&mut self) -> Result<(), Fail> {
+    /// Server side of a SEND bandwidth run of `size`: receives every message and
+    /// reports what it measured, from the first receive to the last (perftest's send_bw
+    /// server prints its own figures; nothing is exchanged).
+    fn bw_send_server(&mut self, size: u64) -> Result<BwReport, Fail> {
         let n = self.qps.len();
-        let mut left = self.cfg.iters * n as u64;
+        let total = self.cfg.iters * n as u64;
+        let mut left = total;
         let mut wcs = vec![WorkCompletion::default(); 64];
+        let mut first: Option<Instant> = None;
+        let mut marks: Vec<(Instant, u64)> = Vec::new();
         while left > 0 {
-            let ne = poll_wait(&self.cq, &mut wcs, self.cfg.timeout)?;
+            // The first message may take as long as the client needs to start.
+            let wait = if first.is_none() {
+                self.cfg.timeout.max(Duration::from_secs(60))
+            } else {
+                self.cfg.timeout
+            };
+            let ne = poll_wait(&self.cq, &mut wcs, wait)?;
+            let now = Instant::now();
             for wc in wcs.iter().take(ne).copied() {
                 check_wc(&wc, "receive")?;
                 if wc.wr_id & KIND_MASK == KIND_RECV {
                     let i = (wc.wr_id & 0xff) as usize;
                     left -= 1;
+                    first.get_or_insert(now);
                     self.routs[i] -= 1;
                     if self.routs[i] < self.cfg.rx_depth / 2 {
                         let want = self.cfg.rx_depth - self.routs[i];
@@ -531,13 +597,20 @@ impl Side {
                     }
                 }
             }
+            marks.push((now, total - left));
         }
-        Ok(())
+        let start = first.unwrap_or_else(Instant::now);
+        Ok(bw_from_marks(size, self.cfg.iters, n as u64, start, &marks))
     }
 
+    /// Waits for a completion of `kind` (a SEND or a receive). A completion of the
+    /// other kind that comes first is kept for the next wait ([`Early`]).
     fn wait_kind(&mut self, kind: u64) -> Result<(), Fail> {
         let mut wc = [WorkCompletion::default(); 1];
         loop {
+            if self.early.take(kind) {
+                return Ok(());
+            }
             poll_wait(&self.cq, &mut wc, self.cfg.timeout)?;
             check_wc(&wc[0], self.cfg.test.title())?;
             let k = wc[0].wr_id & KIND_MASK;
@@ -549,18 +622,15 @@ impl Side {
                     self.post_recvs(0, want, sz)?;
                 }
             }
-            if k == kind {
-                return Ok(());
-            }
+            self.early.note(k);
         }
     }
 
     /// Waits until the last byte of our target area holds `val` (an RDMA WRITE landed).
     fn wait_byte(&self, size: u64, val: u8) -> Result<(), Fail> {
         let off = self.target_off(0) + size - 1;
-        let start = Instant::now();
+        let mut wait = common::Backoff::new();
         let mut b = [0u8; 1];
-        let mut spins = 0u32;
         loop {
             self.mr
                 .read(off, &mut b)
@@ -568,15 +638,11 @@ impl Side {
             if b[0] == val {
                 return Ok(());
             }
-            spins += 1;
-            if spins.is_multiple_of(256) {
-                if start.elapsed() > self.cfg.timeout {
-                    return Err(format!(
-                        "no RDMA WRITE from the peer within {:.1} s: the peer stopped",
-                        self.cfg.timeout.as_secs_f64()
-                    ));
-                }
-                std::thread::yield_now();
+            if wait.pause() > self.cfg.timeout {
+                return Err(format!(
+                    "no RDMA WRITE from the peer within {:.1} s: the peer stopped",
+                    self.cfg.timeout.as_secs_f64()
+                ));
             }
         }
     }
@@ -598,7 +664,8 @@ impl Side {
             PerfTest::SendLat | PerfTest::WriteLat => {
                 let mut last = Instant::now();
                 for k in 0..iters {
-                    let val = (k % 255) as u8 + 1;
+                    // perftest's write_lat writes (char)(iteration + 1): 1, 2, ..., 255, 0, 1, ...
+                    let val = lat_byte(k);
                     let write = test == PerfTest::WriteLat;
                     if write {
                         self.mr
@@ -612,16 +679,19 @@ impl Side {
                             s.wait_kind(KIND_RECV)
                         }
                     };
-                    if !self.client {
+                    // Who sends first: the client in send_lat, the server in write_lat
+                    // (perftest 6.06, seen on the wire between two rxe guests).
+                    let first = self.client == wire_plan(test, 1).client_first;
+                    if !first {
                         recv(self)?;
                     }
                     self.post(0, size, KIND_SEND | k, true)?;
                     self.wait_kind(KIND_SEND)?;
-                    if self.client {
+                    if first {
                         recv(self)?;
                     }
                     let now = Instant::now();
-                    if k > 0 || self.client {
+                    if k > 0 || first {
                         samples.push(now.duration_since(last).as_secs_f64() * 1e6 / 2.0);
                     }
                     last = now;
@@ -631,6 +701,41 @@ impl Side {
         }
         Ok(samples)
     }
+}
+
+/// perftest 6.06's TCP exchange around the traffic of one test, as seen on the wire
+/// between two rxe guests of the lab (the counts of 108-byte keys messages each way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WirePlan {
+    /// Keys messages before the traffic: every QP's twice, the barrier after RTR, and
+    /// for SEND tests and latency tests one more barrier.
+    keys_before: usize,
+    /// One-sided bandwidth (WRITE, READ, atomics): the server waits in one keys
+    /// exchange, then the client's report goes over and the server prints it.
+    bw_report: bool,
+    /// The close: one keys exchange and `"done\0"` each way (not in write_lat).
+    close: bool,
+    /// The client sends first (not in write_lat, where the server starts).
+    client_first: bool,
+}
+
+fn wire_plan(test: PerfTest, qps: usize) -> WirePlan {
+    let one_sided_bw = matches!(
+        test,
+        PerfTest::WriteBw | PerfTest::ReadBw | PerfTest::AtomicBw
+    );
+    WirePlan {
+        keys_before: 2 * qps + 1 + usize::from(!one_sided_bw),
+        bw_report: one_sided_bw,
+        close: test != PerfTest::WriteLat,
+        client_first: test != PerfTest::WriteLat,
+    }
+}
+
+/// The byte `write-lat` writes (and waits for) in iteration `k`: perftest's
+/// `(char)++scnt`, wrapping through 0 after 255.
+fn lat_byte(k: u64) -> u8 {
+    ((k + 1) % 256) as u8
 }
 
 /// Prints the header perftest prints before the table.
@@ -683,11 +788,17 @@ fn side_run(
     let (mut pl, code) = PerfLink::start(link, client, side.mtu.code())?;
     side.mtu = Mtu::from_code(code).unwrap_or(side.mtu);
     let my = side.my.clone();
+    let test = cfg.test;
+    let plan = wire_plan(test, my.len());
+    // perftest 6.06 sends every QP's keys twice before connecting.
     for d in &my {
         side.rem.push(pl.hand_shake(d)?);
     }
-    let send_test = matches!(cfg.test, PerfTest::SendBw | PerfTest::SendLat);
-    let recv_side = send_test && (cfg.test == PerfTest::SendLat || !client);
+    for d in &my {
+        pl.hand_shake(d)?;
+    }
+    let send_test = matches!(test, PerfTest::SendBw | PerfTest::SendLat);
+    let recv_side = send_test && (test == PerfTest::SendLat || !client);
     if recv_side {
         for i in 0..side.qps.len() {
             let sz = side.bufsz;
@@ -695,28 +806,32 @@ fn side_run(
         }
     }
     side.connect()?;
-    // The barrier after RTR: both sides are ready (and their receives posted).
-    pl.hand_shake(&my[0])?;
+    // The barrier after RTR (and for SEND and latency tests one more): both sides are
+    // ready and their receives posted.
+    for _ in 2 * my.len()..plan.keys_before {
+        pl.hand_shake(&my[0])?;
+    }
+    let bw = test.is_bw();
+    let one_sided_bw = plan.bw_report;
     header(out, &side);
-    let bw = cfg.test.is_bw();
     out(if bw { RESULT_FMT } else { RESULT_FMT_LAT }.to_string());
-    let per_size_sync = cfg.sizes.len() > 1 && send_test;
     let mut last_report = BwReport::default();
-    if bw && !client && !send_test {
-        // The server of WRITE/READ/atomic tests only waits for the client to finish.
-    } else {
+    let passive = !client && (one_sided_bw || test == PerfTest::ReadLat);
+    if !passive {
         for (idx, &size) in cfg.sizes.iter().enumerate() {
-            if per_size_sync && idx > 0 {
+            if send_test && idx > 0 {
+                // perftest -a: two barriers between the sizes of SEND tests.
+                pl.hand_shake(&my[0])?;
                 pl.hand_shake(&my[0])?;
             }
             if bw {
-                if client {
-                    let r = side.bw_client(size)?;
-                    out(bw_row(&r));
-                    last_report = r;
+                let r = if client {
+                    side.bw_client(size)?
                 } else {
-                    side.bw_send_server()?;
-                }
+                    side.bw_send_server(size)?
+                };
+                out(bw_row(&r));
+                last_report = r;
             } else {
                 let mut s = side.lat(size)?;
                 if !s.is_empty() {
@@ -725,26 +840,54 @@ fn side_run(
             }
         }
     }
-    if bw {
-        // The server waits here until the client finished (however long the run is; a
-        // client that goes away closes the connection); then the client's report.
-        let passive = !client && !send_test;
+    // A passive server waits here until the client finished: bounded by the timeout
+    // plus a second per MB the client moves (the guests do tens of MB/s).
+    let bytes: u64 = cfg.sizes.iter().sum::<u64>() * cfg.iters * cfg.qps as u64;
+    let bound = cfg.timeout + Duration::from_secs(bytes >> 20) + Duration::from_secs(60);
+    if one_sided_bw {
         if passive {
-            pl.link.set_unbounded_reads(true)?;
+            pl.link.set_read_bound(bound)?;
         }
         pl.hand_shake(&my[0])?;
-        if passive {
-            pl.link.set_unbounded_reads(false)?;
-        }
+        pl.link.set_read_bound(cfg.timeout)?;
         let rem = pl.xchg_bw_report(&last_report)?;
         if !client {
             out(bw_row(&rem));
         }
     }
     out(RESULT_LINE.to_string());
-    pl.hand_shake(&my[0])?;
+    // perftest 6.06 closes with a keys exchange and "done" each way, except write_lat,
+    // which just closes the connection.
+    if plan.close {
+        if passive {
+            pl.link.set_read_bound(bound)?;
+        }
+        pl.hand_shake(&my[0])?;
+        pl.link.set_read_bound(cfg.timeout)?;
+        pl.done();
+    }
     if cfg.stats {
         common::print_counters_to(out, &side.o.ctx, &side.qps);
+    }
+    Ok(())
+}
+
+/// The checks of the device that need no peer (GID index, MTU), before any TCP: a bad
+/// `-x` or `-m` is reported at once, not after a connection.
+fn precheck(o: &Opened, cfg: &Cfg) -> Result<(), Fail> {
+    o.ctx
+        .query_gid(1, cfg.gid_index)
+        .map_err(|x| format!("-x {}: {x}", cfg.gid_index))?;
+    let port = o
+        .ctx
+        .query_port(1)
+        .map_err(|x| format!("query port: {x}"))?;
+    if let Some(m) = cfg.mtu.filter(|m| m.bytes() > port.active_mtu.bytes()) {
+        return Err(format!(
+            "-m {} is above the port's active MTU {}",
+            m.bytes(),
+            port.active_mtu.bytes()
+        ));
     }
     Ok(())
 }
@@ -769,14 +912,16 @@ pub fn run(args: &PerfArgs) -> Result<(), Fail> {
             let peer = resolve(host, port)?;
             let dev = common::select_device(&args.dev, Some(peer.ip()))?;
             println!(" device {} address {}", dev.name(), dev.addr());
-            let o = common::open(&dev, pcap.as_ref())?;
+            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
+            precheck(&o, &cfg)?;
             let link = Link::connect(peer, cfg.timeout)?;
             side_run(o, &cfg, link, true, &stdout_line)
         }
         None => {
             let dev = common::select_device(&args.dev, None)?;
             println!(" device {} address {}", dev.name(), dev.addr());
-            let o = common::open(&dev, pcap.as_ref())?;
+            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
+            precheck(&o, &cfg)?;
             let any = if dev.addr().is_ipv4() {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED)
             } else {
@@ -841,4 +986,81 @@ fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
         println!(" pcap: {frames} frames written");
     }
     rc.and(rs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// perftest 6.06 (the lab's) exchanged more keys messages than uroce expected, so
+    /// uroce and `ib_*` waited for each other; the counts are those seen on the wire
+    /// between two rxe guests (`ib_write_bw -q 2`: 5 before the traffic).
+    #[test]
+    fn perftest_606_keys_exchanges_match_the_wire() {
+        let p = wire_plan(PerfTest::WriteBw, 1);
+        assert_eq!((p.keys_before, p.bw_report, p.close), (3, true, true));
+        assert_eq!(wire_plan(PerfTest::WriteBw, 2).keys_before, 5);
+        assert_eq!(wire_plan(PerfTest::ReadBw, 1), p);
+        assert_eq!(wire_plan(PerfTest::AtomicBw, 1), p);
+        // send_bw: one more barrier, no report (each side prints its own figures).
+        let s = wire_plan(PerfTest::SendBw, 1);
+        assert_eq!((s.keys_before, s.bw_report, s.close), (4, false, true));
+        for t in [PerfTest::SendLat, PerfTest::ReadLat] {
+            let l = wire_plan(t, 1);
+            assert_eq!((l.keys_before, l.bw_report, l.close), (4, false, true));
+            assert!(l.client_first);
+        }
+    }
+
+    /// uroce's write-lat client sent first and waited, as in send_lat; perftest's
+    /// write_lat server sends the first RDMA WRITE, and closes without a last exchange.
+    #[test]
+    fn write_lat_server_sends_first_and_no_close_exchange() {
+        let w = wire_plan(PerfTest::WriteLat, 1);
+        assert!(!w.client_first);
+        assert!(!w.close);
+        assert_eq!(w.keys_before, 4);
+    }
+
+    /// uroce wrote 1..=255 then 1 again; perftest writes `(char)++scnt`, which goes
+    /// through 0, so runs above 255 iterations stalled.
+    #[test]
+    fn write_lat_byte_wraps_through_zero_like_perftest() {
+        assert_eq!(lat_byte(0), 1);
+        assert_eq!(lat_byte(254), 255);
+        assert_eq!(lat_byte(255), 0);
+        assert_eq!(lat_byte(256), 1);
+    }
+
+    /// send-lat under loss stalled: the peer's next message completed while uroce still
+    /// waited for its SEND's completion (the ACK was lost), and that receive completion
+    /// was thrown away, so the next receive wait never ended.
+    #[test]
+    fn send_lat_keeps_a_receive_that_completes_before_the_send() {
+        let mut e = Early::default();
+        // Waiting for the SEND: the receive completes first, then the SEND.
+        e.note(KIND_RECV);
+        e.note(KIND_SEND);
+        assert!(e.take(KIND_SEND));
+        // The next receive wait finds the early one without polling.
+        assert!(e.take(KIND_RECV));
+        assert!(!e.take(KIND_RECV));
+        assert!(!e.take(KIND_SEND));
+    }
+
+    /// The send_bw server prints its own figures, timed from its first receive.
+    #[test]
+    fn send_bw_server_report_comes_from_its_own_marks() {
+        let t0 = Instant::now();
+        let marks = [
+            (t0, 0),
+            (t0 + Duration::from_millis(500), 50),
+            (t0 + Duration::from_secs(1), 100),
+        ];
+        let r = bw_from_marks(1 << 20, 100, 1, t0, &marks);
+        assert_eq!((r.size, r.iters), (1 << 20, 100));
+        assert!((r.bw_avg - 100.0).abs() < 1e-6, "{r:?}");
+        assert!((r.msg_rate - 100e-6).abs() < 1e-9, "{r:?}");
+        assert!(r.bw_peak >= r.bw_avg);
+    }
 }

@@ -193,7 +193,7 @@ impl Side {
             ));
         }
         ctx.query_gid(1, cfg.gid_index)
-            .map_err(|x| format!("GID index {}: {x}", cfg.gid_index))?;
+            .map_err(|x| format!("-g {}: {x}", cfg.gid_index))?;
         let pd = ctx.alloc_pd().map_err(|x| e("alloc PD", x))?;
         let extra = if cfg.qp_type == QpType::Ud { GRH } else { 0 };
         let mr = pd
@@ -532,7 +532,8 @@ fn server_side(
     let mine = side.my_dests()?;
     let mut link = listener.accept(accept_wait, cfg.timeout)?;
     let mine2 = mine.clone();
-    let rem = exchange::pp_server(&mut link, side.qps.len(), |rem| {
+    let slots = exchange::pp_slots(side.qps.len(), cfg.srq);
+    let rem = exchange::pp_server(&mut link, side.qps.len(), slots, |rem| {
         side.connect(rem)?;
         Ok(mine2)
     })?;
@@ -551,7 +552,8 @@ fn client_side(o: Opened, cfg: &Cfg, peer: SocketAddr, out: &dyn Fn(String)) -> 
     let mut side = Side::new(o, cfg)?;
     let mine = side.my_dests()?;
     let mut link = Link::connect(peer, cfg.timeout)?;
-    let rem = exchange::pp_client(&mut link, &mine)?;
+    let slots = exchange::pp_slots(side.qps.len(), cfg.srq);
+    let rem = exchange::pp_client(&mut link, &mine, slots)?;
     side.connect(&rem)?;
     for (m, r) in mine.iter().zip(&rem) {
         print_addr(out, "local address: ", m);
@@ -595,13 +597,13 @@ pub fn run(args: &PingpongArgs) -> Result<(), Fail> {
             let peer = resolve(host, port)?;
             let dev = common::select_device(&args.dev, Some(peer.ip()))?;
             println!("  device {} address {}", dev.name(), dev.addr());
-            let o = common::open(&dev, pcap.as_ref())?;
+            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
             client_side(o, &cfg, peer, &stdout_line)
         }
         None => {
             let dev = common::select_device(&args.dev, None)?;
             println!("  device {} address {}", dev.name(), dev.addr());
-            let o = common::open(&dev, pcap.as_ref())?;
+            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
             let any = if dev.addr().is_ipv4() {
                 IpAddr::V4(Ipv4Addr::UNSPECIFIED)
             } else {
