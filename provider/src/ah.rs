@@ -61,6 +61,19 @@ impl AhAttr {
                 "dgid is zero; set it to the peer's GID (its IP address, IPv4-mapped for IPv4)",
             );
         }
+        // RoCEv2 carries a packet in the IP version of its GIDs (annex A17.4.5.1): a device
+        // bound to an IPv4 address cannot reach an IPv6 GID, nor the other way round.
+        let (local, remote) = (device.config().addr, self.dgid.to_ip());
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(if local.is_ipv4() {
+                "dgid is an IPv6 GID, but this device's address is IPv4: use a device on an IPv6 address"
+            } else {
+                "dgid is an IPv4-mapped GID, but this device's address is IPv6: use a device on an IPv4 address"
+            });
+        }
+        if remote.is_multicast() {
+            return Err("dgid is a multicast address: uroce has no multicast groups");
+        }
         if self.flow_label >= 1 << 20 {
             return Err("flow_label is wider than 20 bits");
         }

@@ -110,7 +110,7 @@ pub enum Error {
         port: u8,
     },
     /// GID index outside the GID table.
-    #[error("GID index {index} does not exist: the GID table has {len} entries")]
+    #[error("GID index {index} does not exist: valid GID indexes are below {len}")]
     InvalidGidIndex {
         /// The index asked for.
         index: u32,

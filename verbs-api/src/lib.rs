@@ -79,6 +79,8 @@ pub use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDe
 pub use uroce_provider::Error as VerbsError;
 pub use uroce_provider::Resource;
 pub use uroce_provider::{modify_qp_is_ok, QpAttrMask, QpState, QpType};
+/// Path MTU values (`QpAttr::path_mtu`), re-exported so users need not depend on uroce-wire.
+pub use uroce_wire::Mtu;
 
 /// Shorthand for `Result<T, VerbsError>`.
 pub type Result<T, E = VerbsError> = core::result::Result<T, E>;

@@ -15,11 +15,15 @@ use uroce_provider as p;
 use uroce_provider::backend::{Backend, Driver};
 use uroce_provider::wr::{BadWr, RecvWr, SendWr, UdDest};
 
-/// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES`,
+/// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES` (when
+/// set and not empty),
 /// else the file named by `UROCE_CONFIG`, else `uroce0=127.0.0.1,uroce1=127.0.0.2`
 /// (see the crate docs).
 pub fn devices() -> Result<Vec<Device>> {
-    let text = if let Ok(v) = std::env::var("UROCE_DEVICES") {
+    let text = if let Some(v) = std::env::var("UROCE_DEVICES")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
         v
     } else if let Ok(path) = std::env::var("UROCE_CONFIG") {
         std::fs::read_to_string(&path).map_err(|e| VerbsError::Config {

@@ -81,6 +81,9 @@ pub fn for_each_frame(
     mut warn: impl FnMut(String),
 ) -> Result<(), ReadError> {
     let err = |e: &dyn std::fmt::Display| ReadError(format!("{}: {e}", path.display()));
+    if path.is_dir() {
+        return Err(err(&"is a directory, not a capture file"));
+    }
     let mut file = BufReader::new(File::open(path).map_err(|e| err(&e))?);
     let mut magic = [0u8; 4];
     file.read_exact(&mut magic)

@@ -30,7 +30,12 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 /// uroce: RoCEv2 in userspace.
 #[derive(Parser, Debug)]
-#[command(name = "uroce", version, about, propagate_version = true)]
+#[command(
+    name = "uroce",
+    version,
+    about = "uroce: RoCEv2 in userspace. RDMA tools (pingpong, perf), a seeded lossy simulator, and a RoCEv2 capture dissector",
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

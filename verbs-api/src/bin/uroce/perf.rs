@@ -99,10 +99,10 @@ pub struct PerfArgs {
     #[arg(value_name = "SERVER")]
     pub peer: Option<String>,
     /// Run server and client in this process, on 127.0.0.1 and 127.0.0.2.
-    #[arg(long, conflicts_with = "peer")]
+    #[arg(long, conflicts_with_all = ["peer", "dev", "ip"])]
     pub loopback: bool,
     /// TCP port of the exchange (default 18515; with --loopback, any free port).
-    #[arg(short = 'p', long = "port")]
+    #[arg(short = 'p', long = "port", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Option<u16>,
     /// GID index (RoCE needs one; uroce has index 0).
     #[arg(short = 'x', long = "gid-index", default_value_t = 0)]
@@ -125,8 +125,8 @@ pub struct PerfArgs {
     /// WRs outstanding per QP (default 128 for bandwidth, 1 for latency).
     #[arg(short = 't', long = "tx-depth", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub tx_depth: Option<u32>,
-    /// Receives posted per QP in SEND tests.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// Receives posted per QP in SEND tests (at least 2: half are reposted at a time).
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 512, value_parser = clap::value_parser!(u32).range(2..=4096))]
     pub rx_depth: u32,
     /// Outstanding READs/atomics per QP (default: the device's maximum, at most 16).
     #[arg(short = 'o', long = "outs", value_parser = clap::value_parser!(u8).range(1..))]
@@ -250,7 +250,7 @@ fn lat_row(size: u64, iters: u64, s: &LatStats) -> String {
 /// The report of `iters` messages of `size` bytes on each of `qps` QPs, timed from
 /// `start` to the last of `marks` (time, messages done so far). The average is bytes over
 /// that time; the peak is the best rate over any window of at least a tenth of the
-/// messages.
+/// messages and a tenth of the time.
 fn bw_from_marks(
     size: u64,
     iters: u64,
@@ -274,7 +274,10 @@ fn bw_from_marks(
             marks[k].0.duration_since(marks[j].0).as_secs_f64(),
             marks[k].1.saturating_sub(marks[j].1),
         );
-        if dm >= win && dt > 0.0 {
+        // A window must also span a tenth of the run: completions arrive in bursts (one
+        // poll can return a hundred of several QPs), and a burst over microseconds is no
+        // bandwidth.
+        if dm >= win && dt > 0.0 && dt >= elapsed / 10.0 {
             peak = peak.max((size * dm) as f64 / f64::from(1u32 << 20) / dt);
         }
     }

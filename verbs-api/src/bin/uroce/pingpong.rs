@@ -49,7 +49,7 @@ pub struct PingpongArgs {
     pub peer: Option<String>,
     /// Run server and client in this process, on 127.0.0.1 and 127.0.0.2 (two devices,
     /// the TCP exchange over loopback too).
-    #[arg(long, conflicts_with = "peer")]
+    #[arg(long, conflicts_with_all = ["peer", "dev", "ip"])]
     pub loopback: bool,
     /// Transport.
     #[arg(long = "qp-type", value_enum, default_value_t = PpType::Rc)]
@@ -61,7 +61,7 @@ pub struct PingpongArgs {
     #[arg(short = 'q', long = "num-qp", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub num_qp: Option<u32>,
     /// TCP port of the exchange (default 18515; with --loopback, any free port).
-    #[arg(short = 'p', long = "port")]
+    #[arg(short = 'p', long = "port", value_parser = clap::value_parser!(u16).range(1..))]
     pub port: Option<u16>,
     /// Port of the device (only 1 exists).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]

@@ -46,8 +46,8 @@ impl QpTypeArg {
 /// Flags of `uroce sim`.
 #[derive(Args, Debug, Clone)]
 pub struct SimArgs {
-    /// Messages in total, at least 1.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Messages in total, 1 to 10,000,000 (the checker keeps a few bytes per message).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub messages: u64,
     /// Bytes per message (0 to 16 MiB; exactly 8 when --ops has atomic).
     #[arg(long, value_name = "BYTES", default_value_t = 1024)]
