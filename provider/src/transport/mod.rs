@@ -23,6 +23,7 @@
 
 pub mod completer;
 mod packet;
+mod recv;
 pub mod requester;
 pub mod responder;
 pub mod timers;
@@ -104,6 +105,14 @@ impl RcTransport {
         self.timers.stop_all();
         self.resp.keep_only_naks();
     }
+}
+
+/// The counts of one received packet, to which its handling adds.
+fn received_tally(pkt: &RocePacket<&[u8]>) -> Counters {
+    let mut tally = Counters::default();
+    tally.add(Counter::PacketsReceived, 1);
+    tally.add(Counter::BytesReceived, pkt.total_len() as u64);
+    tally
 }
 
 fn route(qp: &QueuePair, attr: &QpAttr) -> Route {
@@ -192,6 +201,17 @@ impl QueuePair {
                 && inner.rc.req.has_work(state, &inner.sq, a.max_rd_atomic))
     }
 
+    /// Raises `COMM_EST` at the first packet received in RTR (IBTA §11.6.3.1: once).
+    fn note_comm_est(&self, inner: &mut QpInner, state: QpState) {
+        if state == QpState::Rtr && !inner.rc.comm_est {
+            inner.rc.comm_est = true;
+            self.pd()
+                .device()
+                .events()
+                .push(crate::event::AsyncEvent::CommEst { qpn: self.qpn() });
+        }
+    }
+
     /// Handles one received packet addressed to this QP (called by
     /// [`crate::device::Device::handle_datagram`] after the ICRC and layout checks).
     pub(crate) fn handle_packet(&self, now: Instant, src: SocketAddr, pkt: &RocePacket<&[u8]>) {
@@ -239,23 +259,15 @@ impl QueuePair {
         match self.qp_type() {
             QpType::Rc => {}
             QpType::Uc => {
-                let mut tally = Counters::default();
-                tally.add(Counter::PacketsReceived, 1);
-                tally.add(Counter::BytesReceived, pkt.total_len() as u64);
-                if state == QpState::Rtr && !inner.rc.comm_est {
-                    inner.rc.comm_est = true;
-                    dev.events()
-                        .push(crate::event::AsyncEvent::CommEst { qpn: self.qpn() });
-                }
+                let mut tally = received_tally(pkt);
+                self.note_comm_est(inner, state);
                 self.uc_packet(inner, &repr, pkt.payload(), &mut tally);
                 self.merge_counts(inner, &tally);
                 self.sync_datapath(inner, false);
                 return;
             }
             QpType::Ud => {
-                let mut tally = Counters::default();
-                tally.add(Counter::PacketsReceived, 1);
-                tally.add(Counter::BytesReceived, pkt.total_len() as u64);
+                let mut tally = received_tally(pkt);
                 self.ud_packet(inner, src.ip(), &repr, pkt, &mut tally);
                 self.merge_counts(inner, &tally);
                 self.sync_datapath(inner, false);
@@ -269,14 +281,8 @@ impl QueuePair {
             self.count1(inner, Counter::MalformedDrops);
             return;
         }
-        let mut tally = Counters::default();
-        tally.add(Counter::PacketsReceived, 1);
-        tally.add(Counter::BytesReceived, pkt.total_len() as u64);
-        if state == QpState::Rtr && !inner.rc.comm_est {
-            inner.rc.comm_est = true;
-            dev.events()
-                .push(crate::event::AsyncEvent::CommEst { qpn: self.qpn() });
-        }
+        let mut tally = received_tally(pkt);
+        self.note_comm_est(inner, state);
         if info.is_request() {
             self.responder_packet(inner, &repr, pkt.payload(), &mut tally);
         } else if info.is_response() {
@@ -316,17 +322,10 @@ impl QueuePair {
         self.sync_datapath(inner, false);
     }
 
-    fn responder_packet(
-        &self,
-        inner: &mut QpInner,
-        repr: &RoceRepr,
-        payload: &[u8],
-        tally: &mut Counters,
-    ) {
-        let dev = self.pd().device();
-        let a = inner.attr;
-        let ctx = RespCtx {
-            dev,
+    /// What the RC responder and the UC receiver need to know about this QP.
+    fn resp_ctx(&self, a: &QpAttr) -> RespCtx<'_> {
+        RespCtx {
+            dev: self.pd().device(),
             pd: self.pd().id(),
             qpn: self.qpn(),
             mtu: a.path_mtu,
@@ -335,7 +334,18 @@ impl QueuePair {
             max_dest_rd_atomic: a.max_dest_rd_atomic,
             src_qp: a.dest_qp_num,
             srq: self.srq().map(|s| &**s),
-        };
+        }
+    }
+
+    fn responder_packet(
+        &self,
+        inner: &mut QpInner,
+        repr: &RoceRepr,
+        payload: &[u8],
+        tally: &mut Counters,
+    ) {
+        let dev = self.pd().device();
+        let ctx = self.resp_ctx(&inner.attr);
         let mut acts = std::mem::take(&mut inner.rc.resp_actions);
         {
             let mut count = |c| tally.add(c, 1);
@@ -353,17 +363,7 @@ impl QueuePair {
                     tally.add(Counter::ErrorNaksSent, 1);
                     if let Some(w) = wqe {
                         match e.recv_status() {
-                            Some(status) => {
-                                let wc = WorkCompletion {
-                                    wr_id: w.wr.wr_id,
-                                    status,
-                                    opcode: WcOpcode::Recv,
-                                    qp_num: self.qpn(),
-                                    ..Default::default()
-                                };
-                                let cq = self.recv_cq().clone();
-                                self.push_wc(inner, &cq, wc, false);
-                            }
+                            Some(status) => self.complete_recv_error(inner, &w, status),
                             None => inner.rq.push_front(w),
                         }
                     }
@@ -399,17 +399,7 @@ impl QueuePair {
                         continue;
                     };
                     if wqe.signaled {
-                        let len = wqe.wr.total_len() as u32;
-                        let wc = WorkCompletion {
-                            wr_id: wqe.wr.wr_id,
-                            status: WcStatus::Success,
-                            opcode: wc_opcode(&wqe.wr.op),
-                            byte_len: len,
-                            qp_num: self.qpn(),
-                            ..Default::default()
-                        };
-                        let cq = self.send_cq().clone();
-                        self.push_wc(inner, &cq, wc, false);
+                        self.complete_send(inner, &wqe, WcStatus::Success);
                     }
                 }
                 Action::RetryFrom(psn) => {
@@ -429,15 +419,7 @@ impl QueuePair {
                     // IBTA §10.3.1 / C10-?: the failing WR completes with its error (signaled
                     // or not), then the QP is in ERR and everything else is flushed in order.
                     if let Some(wqe) = inner.sq.pop_front() {
-                        let wc = WorkCompletion {
-                            wr_id: wqe.wr.wr_id,
-                            status,
-                            opcode: wc_opcode(&wqe.wr.op),
-                            qp_num: self.qpn(),
-                            ..Default::default()
-                        };
-                        let cq = self.send_cq().clone();
-                        self.push_wc(inner, &cq, wc, false);
+                        self.complete_send(inner, &wqe, status);
                     }
                     let cur = inner.attr.qp_state;
                     self.enter_error_locked(inner, cur);
@@ -458,10 +440,22 @@ impl QueuePair {
         }
     }
 
+    /// What the RC or UC requester needs to know about this QP, sending to `route`.
+    fn req_ctx(&self, a: &QpAttr, route: Route) -> ReqCtx<'_> {
+        ReqCtx {
+            dev: self.pd().device(),
+            pd: self.pd().id(),
+            state: a.qp_state,
+            mtu: a.path_mtu,
+            dest_qpn: a.dest_qp_num,
+            max_rd_atomic: a.max_rd_atomic,
+            route,
+        }
+    }
+
     /// Writes this QP's next packet into `buf`; the flag says whether more may follow.
     /// Responses (ACKs, READ responses) go before new requests.
     pub(crate) fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> (Option<Transmit>, bool) {
-        let dev = self.pd().device();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let a = inner.attr;
@@ -483,15 +477,7 @@ impl QueuePair {
             tally.add(what, 1);
             sent = Some(len);
         } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
-            let ctx = ReqCtx {
-                dev,
-                pd: self.pd().id(),
-                state: a.qp_state,
-                mtu: a.path_mtu,
-                dest_qpn: a.dest_qp_num,
-                max_rd_atomic: a.max_rd_atomic,
-                route,
-            };
+            let ctx = self.req_ctx(&a, route);
             match inner.rc.req.poll_transmit(&ctx, &inner.sq, buf) {
                 ReqOut::Sent { len, retransmit } => {
                     if retransmit {
@@ -589,18 +575,11 @@ impl QueuePair {
         payload: &[u8],
         tally: &mut Counters,
     ) {
-        let dev = self.pd().device();
-        let a = inner.attr;
+        // UC has no RNR NAKs and no responder resources (IBTA §9.7: nothing is NAKed).
         let ctx = RespCtx {
-            dev,
-            pd: self.pd().id(),
-            qpn: self.qpn(),
-            mtu: a.path_mtu,
-            access: AccessFlags::from_bits_truncate(a.qp_access_flags),
             min_rnr_timer: 0,
             max_dest_rd_atomic: 0,
-            src_qp: a.dest_qp_num,
-            srq: self.srq().map(|s| &**s),
+            ..self.resp_ctx(&inner.attr)
         };
         let mut out = Vec::new();
         {
@@ -659,10 +638,8 @@ impl QueuePair {
         }
     }
 
-    /// A receive WQE whose buffers failed their L_Key check: it completes with `status`,
-    /// the QP goes to ERR (IBTA §10.6.3.1: a local protection error is a QP error) and the
-    /// owner hears of it as a fatal QP event.
-    fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, status: WcStatus) {
+    /// Completes the receive WQE `wqe` in error with `status` on the receive CQ.
+    fn complete_recv_error(&self, inner: &mut QpInner, wqe: &crate::wr::RecvWqe, status: WcStatus) {
         let wc = WorkCompletion {
             wr_id: wqe.wr.wr_id,
             status,
@@ -672,6 +649,33 @@ impl QueuePair {
         };
         let cq = self.recv_cq().clone();
         self.push_wc(inner, &cq, wc, false);
+    }
+
+    /// Completes the send WQE `wqe` on the send CQ: `Success` with its length, or an error
+    /// `status` (the byte count is then not reported).
+    fn complete_send(&self, inner: &mut QpInner, wqe: &crate::wr::SendWqe, status: WcStatus) {
+        let byte_len = if status == WcStatus::Success {
+            wqe.wr.total_len() as u32
+        } else {
+            0
+        };
+        let wc = WorkCompletion {
+            wr_id: wqe.wr.wr_id,
+            status,
+            opcode: wc_opcode(&wqe.wr.op),
+            byte_len,
+            qp_num: self.qpn(),
+            ..Default::default()
+        };
+        let cq = self.send_cq().clone();
+        self.push_wc(inner, &cq, wc, false);
+    }
+
+    /// A receive WQE whose buffers failed their L_Key check: it completes with `status`,
+    /// the QP goes to ERR (IBTA §10.6.3.1: a local protection error is a QP error) and the
+    /// owner hears of it as a fatal QP event.
+    fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, status: WcStatus) {
+        self.complete_recv_error(inner, &wqe, status);
         self.pd()
             .device()
             .events()
@@ -711,14 +715,10 @@ impl QueuePair {
             }
             _ => {
                 let r = route(self, &a);
+                // UC has no READs or atomics to bound.
                 let ctx = ReqCtx {
-                    dev,
-                    pd: self.pd().id(),
-                    state: a.qp_state,
-                    mtu: a.path_mtu,
-                    dest_qpn: a.dest_qp_num,
                     max_rd_atomic: 0,
-                    route: r,
+                    ..self.req_ctx(&a, r)
                 };
                 inner
                     .uc
@@ -735,16 +735,7 @@ impl QueuePair {
                 if last {
                     let wqe = inner.sq.pop_front().expect("front exists");
                     if wqe.signaled {
-                        let wc = WorkCompletion {
-                            wr_id: wqe.wr.wr_id,
-                            status: WcStatus::Success,
-                            opcode: wc_opcode(&wqe.wr.op),
-                            byte_len: wqe.wr.total_len() as u32,
-                            qp_num: self.qpn(),
-                            ..Default::default()
-                        };
-                        let cq = self.send_cq().clone();
-                        self.push_wc(inner, &cq, wc, false);
+                        self.complete_send(inner, &wqe, WcStatus::Success);
                     }
                 }
                 Some(Transmit {
@@ -757,15 +748,7 @@ impl QueuePair {
                 // A WQE that cannot be built (its memory went away) completes in error,
                 // signaled or not, and the QP goes to ERR like an RC requester's.
                 let wqe = inner.sq.pop_front().expect("front exists");
-                let wc = WorkCompletion {
-                    wr_id: wqe.wr.wr_id,
-                    status,
-                    opcode: wc_opcode(&wqe.wr.op),
-                    qp_num: self.qpn(),
-                    ..Default::default()
-                };
-                let cq = self.send_cq().clone();
-                self.push_wc(inner, &cq, wc, false);
+                self.complete_send(inner, &wqe, status);
                 let cur = inner.attr.qp_state;
                 self.enter_error_locked(inner, cur);
                 None

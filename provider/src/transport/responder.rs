@@ -7,14 +7,18 @@
 //! receive completion it ends (if any) and the asynchronous event; every one of them moves
 //! the QP to ERR (IBTA §9.9.3.2).
 
-use super::packet::{emit, scatter, Route, SgeError};
+use super::packet::{emit, Route, SgeError};
+use super::recv::{
+    check_reth, has_recv_wqe, place_send, place_write, send_completion, take_recv_wqe,
+    write_imm_completion,
+};
 use crate::counters::Counter;
 use crate::device::Device;
 use crate::event::AsyncEvent;
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
 use crate::pd::PdId;
 use crate::srq::SharedReceiveQueue;
-use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcFlags, WcStatus, WorkCompletion};
 use crate::wr::RecvWqe;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -306,15 +310,7 @@ impl Responder {
                 if psn.wrapping_add(npkts - 1) != last {
                     return; // not the rest of that READ
                 }
-                let Ok(mr) = ctx.dev.with_mrs(|t| {
-                    t.check_remote(
-                        ctx.pd,
-                        reth.r_key,
-                        reth.va,
-                        reth.dma_len.into(),
-                        AccessFlags::REMOTE_READ,
-                    )
-                }) else {
+                let Ok(mr) = check_reth(ctx, &reth, AccessFlags::REMOTE_READ) else {
                     return;
                 };
                 // A response of the same READ still queued is superseded.
@@ -343,20 +339,6 @@ impl Responder {
                 }
             }
             _ => {}
-        }
-    }
-
-    fn take_recv_wqe(ctx: &RespCtx<'_>, rq: &mut VecDeque<RecvWqe>) -> Option<RecvWqe> {
-        match ctx.srq {
-            Some(srq) => srq.take(),
-            None => rq.pop_front(),
-        }
-    }
-
-    fn has_recv_wqe(ctx: &RespCtx<'_>, rq: &VecDeque<RecvWqe>) -> bool {
-        match ctx.srq {
-            Some(srq) => !srq.is_empty(),
-            None => !rq.is_empty(),
         }
     }
 
@@ -404,7 +386,7 @@ impl Responder {
         // (IBTA §9.7.5.2.8) and is not executed.
         let consumes_at_start = info.operation == Operation::Send && info.starts_message();
         let consumes_at_end = info.operation == Operation::RdmaWrite && info.has_immediate();
-        if (consumes_at_start || consumes_at_end) && !Self::has_recv_wqe(ctx, rq) {
+        if (consumes_at_start || consumes_at_end) && !has_recv_wqe(ctx, rq) {
             if !self.nak_sent {
                 self.nak_sent = true;
                 count(Counter::RnrNaksSent);
@@ -422,21 +404,14 @@ impl Responder {
         match info.operation {
             Operation::Send => {
                 if consumes_at_start {
-                    let wqe = Self::take_recv_wqe(ctx, rq).expect("checked above");
+                    let wqe = take_recv_wqe(ctx, rq).expect("checked above");
                     self.state = RecvState::InSend { wqe, offset: 0 };
                 }
                 let RecvState::InSend { wqe, offset } = &mut self.state else {
                     unreachable!("sequence checked")
                 };
-                let r = if super::packet::sge_len(&wqe.wr.sg_list)
-                    < u64::from(*offset) + payload.len() as u64
-                {
-                    Err(SgeError::TooLong)
-                } else {
-                    scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, (*offset).into(), payload)
-                };
-                match r {
-                    Ok(()) => *offset += payload.len() as u32,
+                match place_send(ctx, wqe, offset, payload) {
+                    Ok(()) => {}
                     Err(SgeError::TooLong) => {
                         return self.fail(psn, RespError::RecvTooLong, actions)
                     }
@@ -448,18 +423,7 @@ impl Responder {
                     let RecvState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
                         unreachable!()
                     };
-                    let mut wc = WorkCompletion {
-                        wr_id: wqe.wr.wr_id,
-                        opcode: WcOpcode::Recv,
-                        byte_len: offset,
-                        qp_num: ctx.qpn,
-                        src_qp: ctx.src_qp,
-                        ..Default::default()
-                    };
-                    if let Some(imm) = repr.immdt {
-                        wc.wc_flags |= WcFlags::WITH_IMM;
-                        wc.imm_data = imm.imm_data;
-                    }
+                    let mut wc = send_completion(ctx, &wqe, offset, repr);
                     if let Some(ieth) = repr.ieth {
                         // Memory windows come later: the R_Key is reported, not invalidated.
                         wc.wc_flags |= WcFlags::WITH_INV;
@@ -473,15 +437,7 @@ impl Responder {
                 if let Some(reth) = repr.reth {
                     // IBTA §9.7.4.1.4: the R_Key is checked once, at the first packet, for the
                     // whole DMA length; a zero-length WRITE checks nothing.
-                    let mr = match ctx.dev.with_mrs(|t| {
-                        t.check_remote(
-                            ctx.pd,
-                            reth.r_key,
-                            reth.va,
-                            reth.dma_len.into(),
-                            AccessFlags::REMOTE_WRITE,
-                        )
-                    }) {
+                    let mr = match check_reth(ctx, &reth, AccessFlags::REMOTE_WRITE) {
                         Ok(mr) => mr,
                         Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
                     };
@@ -498,34 +454,17 @@ impl Responder {
                 else {
                     unreachable!("sequence checked")
                 };
-                let n = payload.len() as u32;
                 // The packets must add up to the DMA length exactly (C9-?? length checks).
-                if n > *remaining || (info.ends_message() && n != *remaining) {
+                if !place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
                     return self.fail(psn, RespError::BadLength, actions);
                 }
-                if n > 0 {
-                    if let Some(mr) = mr {
-                        let _ = mr.write(*va - mr.addr(), payload);
-                    }
-                }
-                *va += u64::from(n);
-                *remaining -= n;
                 if info.ends_message() {
                     let RecvState::InWrite { total, .. } = std::mem::take(&mut self.state) else {
                         unreachable!()
                     };
                     if consumes_at_end {
-                        let wqe = Self::take_recv_wqe(ctx, rq).expect("checked above");
-                        let wc = WorkCompletion {
-                            wr_id: wqe.wr.wr_id,
-                            opcode: WcOpcode::RecvRdmaWithImm,
-                            byte_len: total,
-                            qp_num: ctx.qpn,
-                            src_qp: ctx.src_qp,
-                            wc_flags: WcFlags::WITH_IMM,
-                            imm_data: repr.immdt.map_or(0, |i| i.imm_data),
-                            ..Default::default()
-                        };
+                        let wqe = take_recv_wqe(ctx, rq).expect("checked above");
+                        let wc = write_imm_completion(ctx, &wqe, total, repr);
                         actions.push(RespAction::Recv(wc, repr.bth.solicited));
                     }
                     self.msn = (self.msn + 1) & MSN_MASK;
@@ -533,15 +472,7 @@ impl Responder {
             }
             Operation::RdmaReadRequest => {
                 let Some(reth) = repr.reth else { return };
-                let mr = match ctx.dev.with_mrs(|t| {
-                    t.check_remote(
-                        ctx.pd,
-                        reth.r_key,
-                        reth.va,
-                        reth.dma_len.into(),
-                        AccessFlags::REMOTE_READ,
-                    )
-                }) {
+                let mr = match check_reth(ctx, &reth, AccessFlags::REMOTE_READ) {
                     Ok(mr) => mr,
                     Err(f) => return self.fail(psn, RespError::RemoteAccess(f), actions),
                 };

@@ -22,12 +22,15 @@
 //! error state: the responder just waits for the next message). A message with no
 //! receive WQE, or longer than its buffers, is dropped and counted.
 
-use super::packet::{emit, gather, scatter, sge_len, SgeError};
+use super::packet::{emit, gather, SgeError};
+use super::recv::{
+    check_reth, place_send, place_write, send_completion, take_recv_wqe, write_imm_completion,
+};
 use super::requester::{packets_for, send_write_opcodes, ReqCtx};
 use super::responder::RespCtx;
 use crate::counters::Counter;
 use crate::mr::{AccessFlags, MemoryRegion};
-use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcStatus, WorkCompletion};
 use crate::wr::{RecvWqe, SendFlags, SendOp, SendWqe};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -317,11 +320,7 @@ impl UcResponder {
         count: &mut dyn FnMut(Counter),
     ) {
         if starts {
-            let wqe = match ctx.srq {
-                Some(srq) => srq.take(),
-                None => rq.pop_front(),
-            };
-            let Some(wqe) = wqe else {
+            let Some(wqe) = take_recv_wqe(ctx, rq) else {
                 // No RNR on UC: the message is dropped.
                 count(Counter::NoRecvWqeDrops);
                 self.state = UcState::Resync;
@@ -332,13 +331,8 @@ impl UcResponder {
         let UcState::InSend { wqe, offset } = &mut self.state else {
             return;
         };
-        let r = if sge_len(&wqe.wr.sg_list) < u64::from(*offset) + payload.len() as u64 {
-            Err(SgeError::TooLong)
-        } else {
-            scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, (*offset).into(), payload)
-        };
-        match r {
-            Ok(()) => *offset += payload.len() as u32,
+        match place_send(ctx, wqe, offset, payload) {
+            Ok(()) => {}
             Err(SgeError::TooLong) => {
                 count(Counter::RecvLenDrops);
                 let UcState::InSend { wqe, .. } =
@@ -363,18 +357,7 @@ impl UcResponder {
             let UcState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
                 return;
             };
-            let mut wc = WorkCompletion {
-                wr_id: wqe.wr.wr_id,
-                opcode: WcOpcode::Recv,
-                byte_len: offset,
-                qp_num: ctx.qpn,
-                src_qp: ctx.src_qp,
-                ..Default::default()
-            };
-            if let Some(imm) = repr.immdt {
-                wc.wc_flags |= WcFlags::WITH_IMM;
-                wc.imm_data = imm.imm_data;
-            }
+            let wc = send_completion(ctx, &wqe, offset, repr);
             out.push(UcOut::Recv(wc, repr.bth.solicited));
         }
     }
@@ -393,16 +376,7 @@ impl UcResponder {
             // The R_Key is checked once, at the first packet, for the whole length; a
             // violation abandons the message (UC has no NAK).
             let checked = if ctx.access.contains(AccessFlags::REMOTE_WRITE) {
-                ctx.dev.with_mrs(|t| {
-                    t.check_remote(
-                        ctx.pd,
-                        reth.r_key,
-                        reth.va,
-                        reth.dma_len.into(),
-                        AccessFlags::REMOTE_WRITE,
-                    )
-                    .ok()
-                })
+                check_reth(ctx, &reth, AccessFlags::REMOTE_WRITE).ok()
             } else {
                 None
             };
@@ -424,41 +398,20 @@ impl UcResponder {
         else {
             return;
         };
-        let n = payload.len() as u32;
-        if n > *remaining || (info.ends_message() && n != *remaining) {
+        if !place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
             count(Counter::MalformedDrops);
             return self.abort(ctx, rq, count);
         }
-        if n > 0 {
-            if let Some(mr) = mr {
-                let _ = mr.write(*va - mr.addr(), payload);
-            }
-        }
-        *va += u64::from(n);
-        *remaining -= n;
         if info.ends_message() {
             let UcState::InWrite { total, .. } = std::mem::take(&mut self.state) else {
                 return;
             };
             if info.has_immediate() {
-                let wqe = match ctx.srq {
-                    Some(srq) => srq.take(),
-                    None => rq.pop_front(),
-                };
-                let Some(wqe) = wqe else {
+                let Some(wqe) = take_recv_wqe(ctx, rq) else {
                     count(Counter::NoRecvWqeDrops);
                     return;
                 };
-                let wc = WorkCompletion {
-                    wr_id: wqe.wr.wr_id,
-                    opcode: WcOpcode::RecvRdmaWithImm,
-                    byte_len: total,
-                    qp_num: ctx.qpn,
-                    src_qp: ctx.src_qp,
-                    wc_flags: WcFlags::WITH_IMM,
-                    imm_data: repr.immdt.map_or(0, |i| i.imm_data),
-                    ..Default::default()
-                };
+                let wc = write_imm_completion(ctx, &wqe, total, repr);
                 out.push(UcOut::Recv(wc, repr.bth.solicited));
             }
         }
