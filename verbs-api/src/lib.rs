@@ -73,6 +73,9 @@ pub use uroce_provider::event::AsyncEvent;
 pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
+/// The simulated fabric as a backend (open devices with [`Device::open_on`]; polling a
+/// CQ drives the fabric's virtual clock).
+pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
 pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError};

@@ -37,6 +37,7 @@
 //! assert_eq!(p.b.read_mem(0, 4096), vec![7; 4096]);
 //! ```
 
+mod backend;
 mod fabric;
 pub mod harness;
 mod multi;
@@ -47,6 +48,7 @@ pub mod workload;
 #[cfg(test)]
 mod tests;
 
+pub use backend::SimBackend;
 pub use fabric::{
     Captured, Datagram, Fabric, FabricStats, Fate, Filter, Incomplete, LinkConfig, Stop,
 };
