@@ -65,6 +65,17 @@
 //! kernel re-confirms it (our frames bypass the kernel, which would otherwise never see
 //! the neighbour in use).
 //!
+//! The nudge works for IPv6 as for IPv4 (tested from an empty table over a veth pair).
+//! Resolution is the kernel's, so its timing is too: while an entry is INCOMPLETE, more
+//! nudges only queue behind it, and a lost solicitation is repeated after the kernel's
+//! RetransTimer (`net.ipv{4,6}.neigh.DEV.retrans_time_ms`, 1 s by default, as long as the
+//! default [`RawConfig::neighbour_wait`]). The usual way to lose one over IPv6 is a peer
+//! whose link came up less than about a second ago: the kernel configures IPv6 on a link
+//! (its link-local address and the `ff00::/8` multicast route) only when linkwatch reports
+//! it ready, and before that drops every neighbour solicitation it receives, since they go
+//! to a solicited-node multicast address (`Ip6InNoRoutes` in `nstat`). ARP is not routed,
+//! so IPv4 does not see this.
+//!
 //! # Loopback
 //!
 //! Refused ([`RawError::Loopback`]): frames on `lo` carry a zeroed Ethernet header, and
