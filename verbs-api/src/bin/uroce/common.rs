@@ -477,6 +477,48 @@ pub fn loopback_devices() -> Result<(Device, Device), Fail> {
     Ok((a, b))
 }
 
+/// What `--loopback` sets up for both tools: the capture (when `--pcap` asked for one),
+/// the two devices, and the server's TCP listener on the server device's address.
+pub struct Loopback {
+    /// The capture of the traffic the two devices send.
+    pub pcap: Option<Arc<PcapOut>>,
+    /// The server's device (127.0.0.1).
+    pub server: Opened,
+    /// The client's device (127.0.0.2).
+    pub client: Opened,
+    /// The exchange listener: `port`, or any free port when `None`.
+    pub listener: crate::exchange::Server,
+}
+
+/// Sets up `--loopback`: opens the capture and the two devices, prints the line naming
+/// them (after `indent`, so each tool keeps the margin of the program it imitates), and
+/// binds the exchange listener.
+pub fn loopback_setup(
+    pcap: Option<&PathBuf>,
+    port: Option<u16>,
+    indent: &str,
+) -> Result<Loopback, Fail> {
+    let pcap = match pcap {
+        Some(p) => Some(PcapOut::create(p, crate::pcapout::Keep::Sent)?),
+        None => None,
+    };
+    let (server, client) = open_loopback(pcap.as_ref())?;
+    println!(
+        "{indent}loopback: server {} ({}), client {} ({})",
+        server.dev.name(),
+        server.dev.addr(),
+        client.dev.name(),
+        client.dev.addr()
+    );
+    let listener = crate::exchange::Server::bind(server.dev.addr(), port.unwrap_or(0))?;
+    Ok(Loopback {
+        pcap,
+        server,
+        client,
+        listener,
+    })
+}
+
 /// Opens the loopback pair, with a clear error when an address cannot be bound.
 pub fn open_loopback(pcap: Option<&Arc<PcapOut>>) -> Result<(Opened, Opened), Fail> {
     let (a, b) = loopback_devices()?;

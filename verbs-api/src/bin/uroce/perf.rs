@@ -949,19 +949,12 @@ pub fn run(args: &PerfArgs) -> Result<(), Fail> {
 }
 
 fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
-    let pcap = match &args.dev.pcap {
-        Some(p) => Some(PcapOut::create(p, Keep::Sent)?),
-        None => None,
-    };
-    let (a, b) = common::open_loopback(pcap.as_ref())?;
-    println!(
-        " loopback: server {} ({}), client {} ({})",
-        a.dev.name(),
-        a.dev.addr(),
-        b.dev.name(),
-        b.dev.addr()
-    );
-    let listener = Server::bind(a.dev.addr(), args.port.unwrap_or(0))?;
+    let common::Loopback {
+        pcap,
+        server: a,
+        client: b,
+        listener,
+    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, " ")?;
     let peer: SocketAddr = listener.local_addr();
     let cfg_s = cfg.clone();
     let lines = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
