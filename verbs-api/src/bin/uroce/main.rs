@@ -85,6 +85,14 @@ fn report(r: Result<(), String>) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Like every Unix command-line tool, end quietly when the reader of our output goes
+    // away (`uroce perf ... | head`): Rust ignores SIGPIPE, which turns every later
+    // `println!` into a panic.
+    // SAFETY: restoring a signal's default disposition at the start of `main`, before any
+    // thread exists; no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap { files } => pcap::run(&files),
