@@ -134,6 +134,10 @@ pub(crate) struct Datapath {
     has_tap: std::sync::atomic::AtomicBool,
     /// CQs that overflowed since the last [`Datapath::settle_cq_errors`].
     cq_errors: Mutex<HashSet<u32>>,
+    /// Packets of destroyed QPs still to send (their last ACKs, see [`Datapath::linger`]);
+    /// `has_linger` spares the lock when there are none.
+    linger: Mutex<VecDeque<(Transmit, Vec<u8>)>>,
+    has_linger: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -158,6 +162,34 @@ impl Datapath {
         if let Some(d) = s.deadline.remove(&qpn) {
             s.timers.remove(&(d, qpn));
         }
+    }
+
+    /// Queues the last packets of a destroyed QP (built by the QP before it went), which
+    /// [`Device::poll_transmit`] sends before any other QP's, and wakes the driver.
+    pub(crate) fn linger(&self, packets: Vec<(Transmit, Vec<u8>)>) {
+        if packets.is_empty() {
+            return;
+        }
+        self.linger.lock().extend(packets);
+        self.has_linger
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.wake();
+    }
+
+    /// The next lingering packet, copied into `buf`.
+    fn pop_linger(&self, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.has_linger.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let mut l = self.linger.lock();
+        let next = l.pop_front();
+        if l.is_empty() {
+            self.has_linger
+                .store(false, std::sync::atomic::Ordering::Release);
+        }
+        let (t, bytes) = next?;
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Some(t)
     }
 
     fn lookup(&self, qpn: u32) -> Option<Arc<QueuePair>> {
@@ -288,11 +320,19 @@ impl Device {
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_ROCE_PACKET_LEN`] bytes;
-    /// a shorter buffer yields `None`). QPs with something to send are served round robin,
-    /// one packet each.
+    /// a shorter buffer yields `None`). First the last ACKs of destroyed QPs (an RC QP
+    /// destroyed with ACKs, NAKs or ATOMIC ACKNOWLEDGEs still queued leaves them here: the
+    /// application may have seen the receive completion before the ACK left, and the peer
+    /// must still hear of it); then the QPs with something to send, round robin, one
+    /// packet each.
     pub fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_ROCE_PACKET_LEN {
             return None;
+        }
+        if let Some(t) = self.dp.pop_linger(buf) {
+            let peer = SocketAddr::new(t.dst, uroce_wire::ROCEV2_PORT);
+            self.tap(TapDirection::Sent, peer, Some(t.src_port), &buf[..t.len]);
+            return Some(t);
         }
         loop {
             let qpn = {
@@ -321,7 +361,10 @@ impl Device {
 
     /// True when [`Device::poll_transmit`] may have a packet to give.
     pub fn has_pending_transmit(&self) -> bool {
-        !self.dp.sched.lock().ready.is_empty()
+        self.dp
+            .has_linger
+            .load(std::sync::atomic::Ordering::Acquire)
+            || !self.dp.sched.lock().ready.is_empty()
     }
 
     /// Installs the callback called when a verb (post_send, post_recv, modify_qp) gives the

@@ -32,8 +32,13 @@
 //! # Shutdown
 //!
 //! Dropping the engine sets a stop flag, writes the eventfd (so a sleeping thread wakes at
-//! once), joins the thread, and replaces the device's waker with a no-op. Packets still
-//! queued are dropped with the sockets; the device and its QPs are untouched.
+//! once), joins the thread, replaces the device's waker with a no-op, and sends once more
+//! what the device has queued (one send half-pass, without receiving): the last ACKs of
+//! QPs destroyed just before the engine (see [`Device::poll_transmit`]) leave, so the
+//! peer's last message completes. What does not fit in that pass is dropped with the
+//! sockets; the device and its QPs are untouched.
+//!
+//! [`Device::poll_transmit`]: crate::device::Device::poll_transmit
 //!
 //! # Measurements behind the defaults
 //!
@@ -369,6 +374,10 @@ impl Drop for Engine {
             let _ = t.join();
         }
         self.shared.dp.set_waker(Arc::new(|| {}));
+        // What is already queued still goes out (the last ACKs of QPs destroyed just
+        // before: their peers would otherwise retransmit into the void).
+        let mut io = self.shared.io.lock();
+        self.shared.send(&mut io);
     }
 }
 
@@ -440,6 +449,13 @@ impl Shared {
             self.timer_fires.fetch_add(1, Ordering::Relaxed);
             work = true;
         }
+        let out = self.send(&mut io);
+        work || out.sent > 0
+    }
+
+    /// The send half of a pass: what the device has, up to the batch limit.
+    fn send(&self, io: &mut Io) -> SendOutcome {
+        let dp = &*self.dp;
         let now = self.now();
         let out: SendOutcome = match &mut io.link {
             Link::Udp(udp) => udp.send(self.max_batches, |buf| dp.poll_transmit(now, buf)),
@@ -449,7 +465,7 @@ impl Shared {
             }
         };
         io.blocked_on = out.blocked_on;
-        work || out.sent > 0
+        out
     }
 
     fn run(&self, busy_poll: Duration) {

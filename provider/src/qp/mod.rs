@@ -679,6 +679,9 @@ impl Drop for QueuePair {
             s.remove_user();
         }
         self.pd.remove_user();
-        self.pd.device().free_qpn(self.qpn);
+        let last = self.final_responses();
+        let dev = self.pd.device();
+        dev.free_qpn(self.qpn);
+        dev.datapath().linger(last);
     }
 }

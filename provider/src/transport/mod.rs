@@ -517,6 +517,47 @@ impl QueuePair {
         (t, more)
     }
 
+    /// The acknowledgements this RC QP owes for requests it already executed, built into
+    /// packets: called when the QP is destroyed, so that the peer hears of a message whose
+    /// receive completion the application may already have seen (it polls the CQE, then
+    /// destroys the QP before the engine sent the ACK). Without them the peer retransmits
+    /// to a QPN that is gone and ends in `RETRY_EXC_ERR`. Only single-packet responses
+    /// (ACK, NAK, ATOMIC ACKNOWLEDGE) are kept; READ responses not yet sent are not.
+    pub(crate) fn final_responses(&self) -> Vec<(Transmit, Vec<u8>)> {
+        let mut out = Vec::new();
+        if self.qp_type() != QpType::Rc {
+            return out;
+        }
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        let a = inner.attr;
+        if matches!(a.qp_state, QpState::Reset | QpState::Init) || !inner.rc.resp.has_output() {
+            return out;
+        }
+        inner.rc.resp.keep_only_acks();
+        let route = route(self, &a);
+        let mut tally = Counters::default();
+        let mut buf = vec![0u8; crate::datapath::MAX_ROCE_PACKET_LEN];
+        while let Some((len, what)) =
+            inner
+                .rc
+                .resp
+                .poll_transmit(a.dest_qp_num, a.path_mtu, route, &mut buf)
+        {
+            tally.add(what, 1);
+            tally.add(Counter::PacketsSent, 1);
+            tally.add(Counter::BytesSent, len as u64);
+            let t = Transmit {
+                dst: route.peer,
+                src_port: route.src_port,
+                len,
+            };
+            out.push((t, buf[..len].to_vec()));
+        }
+        self.merge_counts(inner, &tally);
+        out
+    }
+
     /// Fires the QP's timers due at `now`.
     pub(crate) fn handle_timeout(&self, now: Instant) {
         let mut guard = self.inner.lock();

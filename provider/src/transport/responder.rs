@@ -210,6 +210,14 @@ impl Responder {
         });
     }
 
+    /// Keeps only the single-packet responses (ACKs, NAKs, ATOMIC ACKNOWLEDGEs): what a
+    /// destroyed QP still sends for requests it already executed. READ responses not yet
+    /// sent are dropped (the requester retries them and meets a QP that no longer exists).
+    pub fn keep_only_acks(&mut self) {
+        self.out
+            .retain(|o| matches!(o, Out::Ack { .. } | Out::AtomicAck { .. }));
+    }
+
     /// Takes the receive WQE of a message in progress (to flush it).
     pub fn take_wqe(&mut self) -> Option<RecvWqe> {
         match std::mem::take(&mut self.state) {

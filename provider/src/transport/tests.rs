@@ -75,24 +75,7 @@ impl Side {
         let scq = CompletionQueue::create(&dev, 256, None).unwrap();
         let rcq = CompletionQueue::create(&dev, 256, None).unwrap();
         let mr = MemoryRegion::alloc(&pd, 64 * 1024, ALL).unwrap();
-        let qp = QueuePair::create(
-            &pd,
-            QpInitAttr {
-                qp_type: QpType::Rc,
-                send_cq: scq.clone(),
-                recv_cq: rcq.clone(),
-                srq: None,
-                cap: QpCap {
-                    max_send_wr: 64,
-                    max_recv_wr: 64,
-                    max_send_sge: 4,
-                    max_recv_sge: 4,
-                    max_inline_data: 256,
-                },
-                sq_sig_all: cfg.sq_sig_all,
-            },
-        )
-        .unwrap();
+        let qp = rc_qp(&pd, &scq, &rcq, cfg);
         Side {
             dev,
             _pd: pd,
@@ -101,6 +84,11 @@ impl Side {
             mr,
             qp,
         }
+    }
+
+    /// A new RC QP (in RESET) on this side's PD and CQs.
+    fn new_qp(&self, cfg: &Cfg) -> Arc<QueuePair> {
+        rc_qp(&self._pd, &self.scq, &self.rcq, cfg)
     }
 
     fn addr(&self) -> IpAddr {
@@ -199,6 +187,32 @@ impl Side {
             )
             .unwrap();
     }
+}
+
+fn rc_qp(
+    pd: &Arc<ProtectionDomain>,
+    scq: &Arc<CompletionQueue>,
+    rcq: &Arc<CompletionQueue>,
+    cfg: &Cfg,
+) -> Arc<QueuePair> {
+    QueuePair::create(
+        pd,
+        QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: scq.clone(),
+            recv_cq: rcq.clone(),
+            srq: None,
+            cap: QpCap {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 256,
+            },
+            sq_sig_all: cfg.sq_sig_all,
+        },
+    )
+    .unwrap()
 }
 
 /// One datagram on the wire.
@@ -1377,4 +1391,57 @@ fn response_that_implicitly_acks_a_send_lands_in_its_own_wqe() {
         s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         [(1, WcStatus::Success), (2, WcStatus::Success)]
     );
+}
+
+/// The application polls the receive completion and destroys the QP before its device
+/// sent the ACK (the engine thread is between `handle_datagram` and `poll_transmit`): the
+/// ACK still leaves, and the peer's SEND completes with success, not RETRY_EXC_ERR after
+/// retransmitting to a QPN that is gone (the race that made the `uroce` tools fail under
+/// load).
+#[test]
+fn a_qp_destroyed_right_after_its_receive_completion_still_sends_its_ack() {
+    let cfg = Cfg::default();
+    let mut p = Pair::new(cfg);
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    let w = std::mem::take(&mut p.wire);
+    for d in &w {
+        p.deliver(d);
+    }
+    let r = Side::wcs(&p.b.rcq);
+    assert_eq!((r.len(), r[0].status), (1, WcStatus::Success));
+    let spare = p.b.new_qp(&cfg);
+    drop(std::mem::replace(&mut p.b.qp, spare));
+    assert!(p.b.dev.has_pending_transmit());
+    p.run();
+    let b = p.sent_by_b();
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].opcode(), b[0].psn(), b[0].syndrome(), b[0].msn()),
+        (Opcode::RC_ACKNOWLEDGE, 100, Some(ACK), Some(1))
+    );
+    let s = Side::wcs(&p.a.scq);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
+    assert_eq!(p.a.dev.counters().retransmits, 0);
+    assert!(!p.b.dev.has_pending_transmit());
+}
+
+/// A QP destroyed with nothing owed sends nothing more.
+#[test]
+fn a_qp_destroyed_with_nothing_owed_sends_nothing() {
+    let cfg = Cfg::default();
+    let mut p = Pair::new(cfg);
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.run();
+    let n = p.log.len();
+    let spare = p.b.new_qp(&cfg);
+    drop(std::mem::replace(&mut p.b.qp, spare));
+    assert!(!p.b.dev.has_pending_transmit());
+    p.run();
+    assert_eq!(p.log.len(), n);
 }
