@@ -56,6 +56,11 @@ fn end(ctx: Context) -> End {
 
 /// RESET -> INIT -> RTR -> RTS towards `peer` (IBTA §10.3.1).
 fn connect(me: &End, peer: &End, sq_psn: u32, rq_psn: u32) {
+    connect_to(me, peer, peer.qp.qp_num(), sq_psn, rq_psn, 7);
+}
+
+/// As [`connect`], towards QPN `dest_qpn` on `peer`'s device, with `retry_cnt`.
+fn connect_to(me: &End, peer: &End, dest_qpn: u32, sq_psn: u32, rq_psn: u32, retry_cnt: u8) {
     let mtu = me.ctx.query_port(1).unwrap().active_mtu;
     me.qp
         .modify(
@@ -81,7 +86,7 @@ fn connect(me: &End, peer: &End, sq_psn: u32, rq_psn: u32) {
                     ..AhAttr::default()
                 },
                 path_mtu: mtu,
-                dest_qp_num: peer.qp.qp_num(),
+                dest_qp_num: dest_qpn,
                 rq_psn,
                 max_dest_rd_atomic: 4,
                 min_rnr_timer: 1,
@@ -101,7 +106,7 @@ fn connect(me: &End, peer: &End, sq_psn: u32, rq_psn: u32) {
             &QpAttr {
                 qp_state: QpState::Rts,
                 timeout: 14,
-                retry_cnt: 7,
+                retry_cnt,
                 rnr_retry: 7,
                 sq_psn,
                 max_rd_atomic: 4,
@@ -252,6 +257,27 @@ fn rc_send_write_read_with_polled_progress_and_strict_icrc() {
     send_write_read(&a, &b);
     pump.0.store(true, std::sync::atomic::Ordering::Release);
     pump.1.join().unwrap();
+}
+
+/// A SEND to a QPN that does not exist on a live peer: nothing ever comes back, so only
+/// the retransmit timer moves the QP on: the engine thread, with nothing to receive,
+/// fires it `retry_cnt` times, then the WR completes with RETRY_EXC_ERR. The counters
+/// are already up to date when the completion is seen.
+#[test]
+fn a_silent_peer_ends_in_retry_exc_err_with_the_counters_up_to_date() {
+    let devs = devices_from("sa=127.13.5.1,sb=127.13.5.2").unwrap();
+    let a = end(devs[0].open_on(&UdpBackend::default(), 1).unwrap());
+    let b = end(devs[1].open_on(&UdpBackend::default(), 2).unwrap());
+    assert!(a.ctx.driver().unwrap().is_threaded());
+    connect_to(&a, &b, 0xab_cdef, 100, 0, 2);
+    a.qp.post_send(&[SendWr::new(9, SendOp::Send, vec![a.mr.sge(0, 64)])])
+        .unwrap();
+    let wc = wait_wc(&a, "SEND to a QPN that does not exist");
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RetryExcErr), "{wc:?}");
+    let (ca, cb) = (a.ctx.provider().counters(), b.ctx.provider().counters());
+    // The first transmission and two retries; all three dropped at B.
+    assert_eq!((ca.retransmits, ca.retry_exceeded), (2, 1), "{ca:?}");
+    assert_eq!(cb.unknown_qpn_drops, 3, "{cb:?}");
 }
 
 #[test]

@@ -335,7 +335,7 @@ impl Completer {
         let want = if last { w.len - off } else { mtu };
         let ends = repr.info().is_some_and(|i| i.ends_message());
         if payload.len() as u32 != want || ends != last {
-            // A response that does not fit the request (IBTA §9.7.5.1.4 / C9-?): the
+            // A response that does not fit the request (IBTA §9.7.5.1.4): the
             // responder and requester disagree about the READ.
             out.actions
                 .push(Action::Fatal(if payload.len() as u32 > want {

@@ -259,7 +259,8 @@ impl QueuePair {
         match self.qp_type() {
             QpType::Rc => {}
             QpType::Uc => {
-                let mut tally = received_tally(pkt);
+                self.merge_counts(inner, &received_tally(pkt));
+                let mut tally = Counters::default();
                 self.note_comm_est(inner, state);
                 self.uc_packet(inner, &repr, pkt.payload(), &mut tally);
                 self.merge_counts(inner, &tally);
@@ -267,7 +268,8 @@ impl QueuePair {
                 return;
             }
             QpType::Ud => {
-                let mut tally = received_tally(pkt);
+                self.merge_counts(inner, &received_tally(pkt));
+                let mut tally = Counters::default();
                 self.ud_packet(inner, src.ip(), &repr, pkt, &mut tally);
                 self.merge_counts(inner, &tally);
                 self.sync_datapath(inner, false);
@@ -281,7 +283,9 @@ impl QueuePair {
             self.count1(inner, Counter::MalformedDrops);
             return;
         }
-        let mut tally = received_tally(pkt);
+        // Counted before anything the packet completes is visible in a CQ.
+        self.merge_counts(inner, &received_tally(pkt));
+        let mut tally = Counters::default();
         self.note_comm_est(inner, state);
         if info.is_request() {
             self.responder_packet(inner, &repr, pkt.payload(), &mut tally);
@@ -312,6 +316,7 @@ impl QueuePair {
                     &mut out,
                 );
                 let progress = out.progress;
+                self.merge_counts(inner, &std::mem::take(&mut tally));
                 self.apply_actions(inner, now, &mut actions, progress);
                 inner.rc.actions = actions;
             } else {
@@ -353,6 +358,7 @@ impl QueuePair {
             rc.resp
                 .handle(&ctx, rq, repr, payload, &mut acts, &mut count);
         }
+        self.merge_counts(inner, &std::mem::take(tally));
         for act in acts.drain(..) {
             match act {
                 RespAction::Recv(wc, solicited) => {
@@ -360,7 +366,7 @@ impl QueuePair {
                     self.push_wc(inner, &cq, wc, solicited);
                 }
                 RespAction::Fatal(e, wqe) => {
-                    tally.add(Counter::ErrorNaksSent, 1);
+                    self.count1(inner, Counter::ErrorNaksSent);
                     if let Some(w) = wqe {
                         match e.recv_status() {
                             Some(status) => self.complete_recv_error(inner, &w, status),
@@ -416,7 +422,7 @@ impl QueuePair {
                     inner.rc.timers.set(Timer::Rnr, now + wait);
                 }
                 Action::Fatal(status) => {
-                    // IBTA §10.3.1 / C10-?: the failing WR completes with its error (signaled
+                    // IBTA §10.3.1, §11.6.2: the failing WR completes with its error (signaled
                     // or not), then the QP is in ERR and everything else is flushed in order.
                     if let Some(wqe) = inner.sq.pop_front() {
                         self.complete_send(inner, &wqe, status);
@@ -581,6 +587,7 @@ impl QueuePair {
                     };
                     let rc = &mut inner.rc;
                     rc.comp.on_timeout(&rc.req, &mut out);
+                    self.merge_counts(inner, &std::mem::take(&mut tally));
                     self.apply_actions(inner, now, &mut actions, false);
                     inner.rc.actions = actions;
                 }

@@ -104,7 +104,7 @@ pub(crate) fn check_reth(
 
 /// Places one RDMA WRITE packet's payload at `*va` in `mr` (checked at the First packet;
 /// `None` for a zero-length WRITE) and moves `*va` and `*remaining` past it. The packets
-/// must add up to the DMA length exactly (C9-?? length checks): a payload longer than
+/// must add up to the DMA length exactly (IBTA §9.7.4.2.3, length checks): a payload longer than
 /// what remains, or a last packet (`ends_message`) that leaves bytes missing, places
 /// nothing and returns false.
 pub(crate) fn place_write(

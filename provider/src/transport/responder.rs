@@ -34,7 +34,7 @@ const MSN_MASK: u32 = 0xff_ffff;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RespError {
     /// An opcode that does not continue the message in progress, or starts one in the
-    /// middle of another (IBTA §9.7.4.2.3, C9-?? "opcode sequence").
+    /// middle of another (IBTA §9.7.4.2.3, opcode sequence checks).
     OpcodeSequence,
     /// An opcode the QP does not serve: not RC, FLUSH, ATOMIC WRITE, or an operation the
     /// QP's access flags do not enable (rxe answers those with Invalid Request too).
@@ -183,7 +183,7 @@ pub(crate) struct Responder {
     /// The message in progress.
     pub state: RecvState,
     /// A NAK (sequence error or RNR) was sent for the current gap: no other until an
-    /// in-order packet arrives (IBTA §9.7.5.2.? C9-?: one NAK per sequence error).
+    /// in-order packet arrives (IBTA §9.7.5.2: one NAK per sequence error).
     nak_sent: bool,
     res: VecDeque<Res>,
     out: VecDeque<Out>,
@@ -267,7 +267,7 @@ impl Responder {
         let psn = repr.bth.psn;
         let d = self.epsn.distance(psn);
         if d > 0 {
-            // IBTA §9.7.5.1.1 / C9-?: a PSN after the expected one is a sequence error; NAK
+            // IBTA §9.7.5.1.1: a PSN after the expected one is a sequence error; NAK
             // once per gap with the expected PSN, then drop until the gap closes.
             if !self.nak_sent {
                 self.nak_sent = true;
@@ -462,7 +462,7 @@ impl Responder {
                 else {
                     unreachable!("sequence checked")
                 };
-                // The packets must add up to the DMA length exactly (C9-?? length checks).
+                // The packets must add up to the DMA length exactly (IBTA §9.7.4.2.3, length checks).
                 if !place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
                     return self.fail(psn, RespError::BadLength, actions);
                 }
@@ -550,7 +550,7 @@ impl Responder {
         }
         self.epsn = self.epsn.wrapping_add(npsn);
         self.nak_sent = false;
-        // IBTA §9.7.5.1.1 (C9-?): every packet with AckReq is acknowledged; READs and atomics
+        // IBTA §9.7.5.1.1: every packet with AckReq is acknowledged; READs and atomics
         // are acknowledged by their responses.
         if ack_req && matches!(info.operation, Operation::Send | Operation::RdmaWrite) {
             self.ack(
