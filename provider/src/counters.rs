@@ -101,9 +101,11 @@ counters! {
     malformed_drops => MalformedDrops,
     /// Datagrams dropped because no QP has the destination QPN (or it is in RESET or INIT).
     unknown_qpn_drops => UnknownQpnDrops,
-    /// Packets dropped because the QP is in the error state or the packet came from another
-    /// peer than the QP's destination.
+    /// Packets dropped because the QP is in the error state.
     state_drops => StateDrops,
+    /// RC and UC packets dropped because their source IP address is not the QP's
+    /// destination (the GID of its address vector), as rxe drops them.
+    addr_drops => AddrDrops,
     /// Acknowledge packets sent (ACKs and NAKs; not READ responses or atomic ACKs).
     acks_sent => AcksSent,
     /// Acknowledge packets received (ACKs and NAKs).

@@ -39,7 +39,8 @@
 //!
 //! The BTH's destination QPN selects the QP in a hash table. Packets to an unknown QPN,
 //! or to a QP in RESET or INIT, are dropped (`unknown_qpn_drops`); in ERR they are dropped
-//! (`state_drops`). A request opcode goes to the QP's responder, a response or ACK to its
+//! (`state_drops`); an RC or UC packet from another address than the QP's peer is dropped
+//! (`addr_drops`). A request opcode goes to the QP's responder, a response or ACK to its
 //! completer (IBTA §9.7: one rule, from the opcode table).
 
 use crate::counters::{AtomicCounters, Counter, DeviceCounters};

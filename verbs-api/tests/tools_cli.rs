@@ -182,6 +182,13 @@ fn pingpong_event_mode_and_srq() {
     assert_ok(&s, "srq server");
     assert_eq!(pingpong_results(&out), (40 * 512 * 2, 40));
     assert_eq!(out.matches("remote address:").count(), 4, "{out}");
+    // As ibv_srq_pingpong: every local address (printed before the exchange), then every
+    // remote one.
+    assert_eq!(out.matches("local address: ").count(), 4, "{out}");
+    assert!(
+        out.rfind("local address: ") < out.find("remote address:"),
+        "{out}"
+    );
 }
 
 #[test]

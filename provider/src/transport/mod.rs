@@ -231,6 +231,15 @@ impl QueuePair {
             }
             _ => {}
         }
+        // A connected QP takes packets only from its peer: the source address must be the
+        // GID of its address vector (IBTA §9.6 header validation checks the source of a
+        // connected service's packets against the QP's path; rxe drops by IP address).
+        if self.qp_type() != QpType::Ud
+            && src.ip().to_canonical() != inner.attr.ah_attr.dgid.to_ip().to_canonical()
+        {
+            self.count1(inner, Counter::AddrDrops);
+            return;
+        }
         let Some(info) = pkt.info() else {
             self.count1(inner, Counter::MalformedDrops);
             return;

@@ -530,6 +530,10 @@ fn server_side(
 ) -> Result<(), Fail> {
     let mut side = Side::new(o, cfg)?;
     let mine = side.my_dests()?;
+    // rdma-core prints the local addresses before the exchange, the remote ones after.
+    for m in &mine {
+        print_addr(out, "local address: ", m);
+    }
     let mut link = listener.accept(accept_wait, cfg.timeout)?;
     let mine2 = mine.clone();
     let slots = exchange::pp_slots(side.qps.len(), cfg.srq);
@@ -537,8 +541,7 @@ fn server_side(
         side.connect(rem)?;
         Ok(mine2)
     })?;
-    for (m, r) in mine.iter().zip(&rem) {
-        print_addr(out, "local address: ", m);
+    for r in &rem {
         print_addr(out, "remote address:", r);
     }
     let elapsed = side.run(false)?;
@@ -551,12 +554,14 @@ fn server_side(
 fn client_side(o: Opened, cfg: &Cfg, peer: SocketAddr, out: &dyn Fn(String)) -> Result<(), Fail> {
     let mut side = Side::new(o, cfg)?;
     let mine = side.my_dests()?;
+    for m in &mine {
+        print_addr(out, "local address: ", m);
+    }
     let mut link = Link::connect(peer, cfg.timeout)?;
     let slots = exchange::pp_slots(side.qps.len(), cfg.srq);
     let rem = exchange::pp_client(&mut link, &mine, slots)?;
     side.connect(&rem)?;
-    for (m, r) in mine.iter().zip(&rem) {
-        print_addr(out, "local address: ", m);
+    for r in &rem {
         print_addr(out, "remote address:", r);
     }
     let elapsed = side.run(true)?;
