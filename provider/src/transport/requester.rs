@@ -20,6 +20,15 @@ use uroce_wire::{
 /// requester chooses where to set AckReq).
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// The most PSNs the requester has outstanding (sent, not yet acknowledged or, for a READ,
+/// not yet answered): a new packet whose PSN is this far past the oldest unacknowledged
+/// one waits for ACKs, as rxe waits (`RXE_MAX_UNACKED_PSNS`, 128). It bounds what one
+/// loss costs under go-back-N (everything sent after the lost packet is sent again) and
+/// what one QP puts into the receiver's socket buffer at once. IBTA §9.7.4.1 leaves the
+/// window to the requester as long as it stays below half the PSN space (2^23). The
+/// packet that fills the window asks for an ACK, so the window always reopens.
+pub const MAX_UNACKED_PSNS: u32 = 128;
+
 /// The kind of a WQE as the transport sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -191,13 +200,20 @@ impl Requester {
         if self.rnr_wait {
             return false;
         }
-        if self.cursor.0 < self.started.len() {
-            return true;
+        let (i, k) = self.cursor;
+        if i < self.started.len() {
+            return self.window_allows(self.started[i].first_psn.wrapping_add(k));
         }
         let Some(wqe) = sq.get(self.started.len()) else {
             return false;
         };
-        self.may_start(state, wqe, max_rd_atomic)
+        self.window_allows(self.next_psn) && self.may_start(state, wqe, max_rd_atomic)
+    }
+
+    /// False when `psn` is a new PSN (never sent) at least [`MAX_UNACKED_PSNS`] past the
+    /// oldest unacknowledged one: it waits for ACKs. Retransmissions are never held back.
+    fn window_allows(&self, psn: Psn) -> bool {
+        psn.is_before(self.high) || self.una().distance(psn) < MAX_UNACKED_PSNS as i32
     }
 
     /// Whether the next WQE may start now: RTS, no earlier local error, fence and
@@ -229,7 +245,9 @@ impl Requester {
             let Some(wqe) = sq.get(i) else {
                 return ReqOut::Idle;
             };
-            if !self.may_start(ctx.state, wqe, ctx.max_rd_atomic) {
+            if !self.window_allows(self.next_psn)
+                || !self.may_start(ctx.state, wqe, ctx.max_rd_atomic)
+            {
                 return ReqOut::Idle;
             }
             let kind = Kind::of(&wqe.wr.op);
@@ -254,6 +272,9 @@ impl Requester {
         let w = self.started[i].clone();
         let wqe = &sq[i];
         let psn = w.first_psn.wrapping_add(k);
+        if !self.window_allows(psn) {
+            return ReqOut::Idle;
+        }
         // Sent before iff its PSN is before the furthest PSN ever sent.
         let retransmit = psn.is_before(self.high);
         match self.build(ctx, &w, wqe, k, psn, buf) {
@@ -385,8 +406,11 @@ impl Requester {
             _ => return Err(WcStatus::LocQpOpErr),
         };
         self.noack_pkts += 1;
-        bth.ack_req =
-            opcode.info().is_some_and(|i| i.ends_message()) || self.noack_pkts >= ACK_REQ_EVERY;
+        // The last PSN the window allows before it waits for an ACK.
+        let fills_window = self.una().distance(psn) + 1 >= MAX_UNACKED_PSNS as i32;
+        bth.ack_req = opcode.info().is_some_and(|i| i.ends_message())
+            || self.noack_pkts >= ACK_REQ_EVERY
+            || fills_window;
         if bth.ack_req {
             self.noack_pkts = 0;
         }

@@ -1479,3 +1479,75 @@ fn a_packet_from_another_address_than_the_peer_is_dropped() {
     assert_eq!((s.len(), s[0].status), (1, WcStatus::Success));
     assert_eq!(p.b.dev.counters().addr_drops, 1);
 }
+
+/// A 235-packet RDMA WRITE: the requester sends [`MAX_UNACKED_PSNS`] packets, the last of
+/// them with AckReq, then waits for an ACK before sending more; everything arrives once.
+#[test]
+fn at_most_max_unacked_psns_are_outstanding_and_the_last_asks_for_an_ack() {
+    use super::requester::MAX_UNACKED_PSNS;
+    let mut p = Pair::new(Cfg {
+        mtu: Mtu::Mtu256,
+        ..Cfg::default()
+    });
+    let data = fill(&p.a.mr, 0, 60_000, 3);
+    let write = SendOp::RdmaWrite {
+        remote_addr: p.b.va(0),
+        rkey: p.b.mr.rkey(),
+    };
+    p.a.post(1, write, vec![p.a.sge(0, 60_000)], SendFlags::SIGNALED);
+    p.pump();
+    let burst = std::mem::take(&mut p.wire);
+    assert_eq!(burst.len(), MAX_UNACKED_PSNS as usize);
+    let ackreq: Vec<u32> = burst
+        .iter()
+        .filter(|d| d.repr().bth.ack_req)
+        .map(|d| d.psn() - 100)
+        .collect();
+    assert_eq!(ackreq, [63, 127], "every 64 packets, and the window's last");
+    assert_eq!(p.pump(), 0, "the window is full: nothing until an ACK");
+    for d in &burst {
+        p.deliver(d);
+    }
+    p.run();
+    assert_eq!(read(&p.b.mr, 0, 60_000), data);
+    let s = Side::wcs(&p.a.scq);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
+    assert_eq!(p.sent_by_a().len(), 235);
+    assert_eq!(p.a.dev.counters().retransmits, 0);
+}
+
+/// Go-back-N after a loss resends at most the window: the first packet of a 235-packet
+/// WRITE is lost once, and exactly the [`MAX_UNACKED_PSNS`] packets sent before the
+/// sequence NAK came back are sent again (without the window it would be all 234 after it).
+#[test]
+fn a_loss_costs_at_most_the_window_in_retransmissions() {
+    use super::requester::MAX_UNACKED_PSNS;
+    let mut p = Pair::new(Cfg {
+        mtu: Mtu::Mtu256,
+        ..Cfg::default()
+    });
+    let data = fill(&p.a.mr, 0, 60_000, 4);
+    let write = SendOp::RdmaWrite {
+        remote_addr: p.b.va(0),
+        rkey: p.b.mr.rkey(),
+    };
+    p.a.post(1, write, vec![p.a.sge(0, 60_000)], SendFlags::SIGNALED);
+    let mut dropped = false;
+    p.settle_filtered(|d| {
+        if d.to_b && d.psn() == 100 && !dropped {
+            dropped = true;
+            return false;
+        }
+        true
+    });
+    p.run();
+    assert!(dropped);
+    assert_eq!(read(&p.b.mr, 0, 60_000), data);
+    let c = p.a.dev.counters();
+    assert_eq!(c.retransmits, u64::from(MAX_UNACKED_PSNS), "{c:?}");
+    assert_eq!(p.b.dev.counters().seq_err_naks_sent, 1);
+    assert_eq!(Side::wcs(&p.a.scq)[0].status, WcStatus::Success);
+}
