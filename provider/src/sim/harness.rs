@@ -38,7 +38,7 @@ use crate::pd::ProtectionDomain;
 use crate::qp::attr::{QpAttr, QpCap};
 use crate::qp::{QpInitAttr, QueuePair};
 use crate::time::Instant;
-use crate::wc::{WcStatus, WorkCompletion};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::wr::{RecvWr, SendOp, SendWr, Sge};
 use crate::{QpAttrMask, QpState, QpType};
 
@@ -493,8 +493,19 @@ impl World {
                     .unwrap_or_else(|| panic!("receive completion of a WR never posted: {wc:?}"));
                 assert!(!*done, "receive WR completed twice: {wc:?}");
                 *done = true;
-                if wc.status == WcStatus::Success {
-                    assert!(wc.byte_len <= RECV_LEN, "byte_len above the buffer: {wc:?}");
+                // A SEND's data landed in the receive buffer, so its length fits there. An
+                // RDMA WRITE with immediate reports the bytes the WRITE transferred
+                // (`ibv_poll_cq(3)`; rxe reports the WRITE's length), which the receive
+                // buffer has nothing to do with: they must fit the local MR.
+                match (wc.status, wc.opcode) {
+                    (WcStatus::Success, WcOpcode::Recv) => {
+                        assert!(wc.byte_len <= RECV_LEN, "byte_len above the buffer: {wc:?}")
+                    }
+                    (WcStatus::Success, _) => assert!(
+                        wc.byte_len as usize <= LOCAL_LEN,
+                        "byte_len above the MR: {wc:?}"
+                    ),
+                    _ => {}
                 }
             }
             if n < wcs.len() {
