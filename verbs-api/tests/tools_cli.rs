@@ -571,7 +571,9 @@ fn loopback_commands_stat_and_examples() {
     assert!(counter(&out, "packets_sent") > 0, "{out}");
     assert_eq!(counter(&out, "icrc_drops"), 0, "{out}");
 
-    // The examples were built by `cargo test`; run each with --loopback.
+    // The examples, as `cargo build --examples` builds them (`make test` does that first:
+    // `cargo test --examples` alone builds them only as test binaries with hashed names);
+    // run each with --loopback.
     let dir = PathBuf::from(env!("CARGO_BIN_EXE_uroce"));
     let examples = dir.parent().unwrap().join("examples");
     for name in [
@@ -583,7 +585,11 @@ fn loopback_commands_stat_and_examples() {
     ] {
         let exe = examples.join(name);
         if !exe.exists() {
-            panic!("example {name} not built at {}", exe.display());
+            panic!(
+                "example {name} not built at {}: run `cargo build --workspace --examples` \
+                 first (`make test` does)",
+                exe.display()
+            );
         }
         let child = Command::new(&exe)
             .arg("--loopback")
