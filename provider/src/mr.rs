@@ -465,14 +465,26 @@ impl Drop for MemoryRegion {
 /// Reads `out.len()` bytes at byte `offset` of `words` with whole-word relaxed loads.
 /// The caller has checked `offset + out.len() <= words.len() * 8`.
 fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
-    let mut done = 0;
-    while done < out.len() {
-        let pos = offset + done;
-        let (w, at) = (pos / 8, pos % 8);
-        let n = (8 - at).min(out.len() - done);
+    let (mut w, at) = (offset / 8, offset % 8);
+    let mut out = out;
+    if at != 0 {
+        // The head: part of one word.
+        let n = (8 - at).min(out.len());
         let bytes = words[w].load(Ordering::Relaxed).to_ne_bytes();
-        out[done..done + n].copy_from_slice(&bytes[at..at + n]);
-        done += n;
+        out[..n].copy_from_slice(&bytes[at..at + n]);
+        out = &mut out[n..];
+        w += 1;
+    }
+    // The body, word by word (one bounds check for the whole run), then the tail.
+    let mut chunks = out.chunks_exact_mut(8);
+    let body = &words[w..w + chunks.len()];
+    for (c, word) in (&mut chunks).zip(body) {
+        c.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    let tail = chunks.into_remainder();
+    if !tail.is_empty() {
+        let bytes = words[w + body.len()].load(Ordering::Relaxed).to_ne_bytes();
+        tail.copy_from_slice(&bytes[..tail.len()]);
     }
 }
 
@@ -480,23 +492,32 @@ fn read_words(words: &[AtomicU64], offset: usize, out: &mut [u8]) {
 /// words merged with a compare-and-swap loop, so every access is a whole-word atomic.
 /// The caller has checked `offset + data.len() <= words.len() * 8`.
 fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
-    let mut done = 0;
-    while done < data.len() {
-        let pos = offset + done;
-        let (w, at) = (pos / 8, pos % 8);
-        let n = (8 - at).min(data.len() - done);
-        let part = &data[done..done + n];
-        if let Ok(whole) = <[u8; 8]>::try_from(part) {
-            words[w].store(u64::from_ne_bytes(whole), Ordering::Relaxed);
-        } else {
-            // `fetch_update` retries until no other write slipped in between.
-            let _ = words[w].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                let mut b = old.to_ne_bytes();
-                b[at..at + n].copy_from_slice(part);
-                Some(u64::from_ne_bytes(b))
-            });
-        }
-        done += n;
+    // Merges `part` into word `w` at byte `at`; `fetch_update` retries until no other
+    // write slipped in between.
+    let merge = |w: usize, at: usize, part: &[u8]| {
+        let _ = words[w].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            let mut b = old.to_ne_bytes();
+            b[at..at + part.len()].copy_from_slice(part);
+            Some(u64::from_ne_bytes(b))
+        });
+    };
+    let (mut w, at) = (offset / 8, offset % 8);
+    let mut data = data;
+    if at != 0 {
+        let n = (8 - at).min(data.len());
+        merge(w, at, &data[..n]);
+        data = &data[n..];
+        w += 1;
+    }
+    let chunks = data.chunks_exact(8);
+    let tail = chunks.remainder();
+    let body = &words[w..w + chunks.len()];
+    for (c, word) in chunks.zip(body) {
+        let whole: [u8; 8] = c.try_into().expect("chunks of 8");
+        word.store(u64::from_ne_bytes(whole), Ordering::Relaxed);
+    }
+    if !tail.is_empty() {
+        merge(w + body.len(), 0, tail);
     }
 }
 
