@@ -362,44 +362,89 @@ impl MemoryRegion {
         }
     }
 
-    /// [`read`](Self::read) for raw memory: words where aligned, bytes at the edges.
+    /// Raw memory as three runs, so that each byte is always accessed with the same size
+    /// whatever the offset of a copy (racing atomic accesses of different sizes to the
+    /// same bytes are not defined): the bytes before the first 8-aligned word, the
+    /// 8-aligned words that lie wholly inside the region (the RDMA atomics' words too),
+    /// and the bytes after the last of them.
+    fn raw_parts(&self) -> (&[AtomicU8], &[AtomicU64], &[AtomicU8]) {
+        let len = self.len as usize;
+        if len == 0 {
+            return (&[], &[], &[]);
+        }
+        let head = ((8 - self.ptr as usize % 8) % 8).min(len);
+        let words = (len - head) / 8;
+        let tail = len - head - words * 8;
+        // SAFETY: `ptr..ptr + len` is valid for the region's life by the contract of
+        // `register_raw` and only ever accessed atomically; the three runs split it without
+        // overlap, the words start 8-aligned, and the slices live no longer than `&self`.
+        // An empty run is `&[]`: its pointer need not be aligned.
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.ptr as *const AtomicU8, head),
+                if words == 0 {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(self.ptr.add(head) as *const AtomicU64, words)
+                },
+                if tail == 0 {
+                    &[]
+                } else {
+                    std::slice::from_raw_parts(
+                        self.ptr.add(head + words * 8) as *const AtomicU8,
+                        tail,
+                    )
+                },
+            )
+        }
+    }
+
+    /// [`read`](Self::read) for raw memory (see [`Self::raw_parts`]).
     fn read_raw(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        let mut i = 0;
-        while i < out.len() {
-            // SAFETY: offset + i + 8 <= len was checked (or 1 byte for the byte path), so
-            // the pointer is inside the region's live memory; the word path is only taken
-            // at 8-aligned addresses; all accesses to region memory are atomic.
-            let p = unsafe { self.ptr.add((offset as usize) + i) };
-            if (p as usize).is_multiple_of(8) && out.len() - i >= 8 {
-                // SAFETY: aligned, in bounds, only accessed atomically (see above).
-                let w = unsafe { AtomicU64::from_ptr(p as *mut u64) }.load(Ordering::Relaxed);
-                out[i..i + 8].copy_from_slice(&w.to_ne_bytes());
-                i += 8;
-            } else {
-                // SAFETY: in bounds, only accessed atomically.
-                out[i] = unsafe { AtomicU8::from_ptr(p as *mut u8) }.load(Ordering::Relaxed);
-                i += 1;
+        let (head, words, tail) = self.raw_parts();
+        let body_end = head.len() + words.len() * 8;
+        let mut pos = offset as usize;
+        for b in out.iter_mut() {
+            if pos >= head.len() {
+                break;
             }
+            *b = head[pos].load(Ordering::Relaxed);
+            pos += 1;
+        }
+        let done = pos - offset as usize;
+        let n = body_end.saturating_sub(pos).min(out.len() - done);
+        if n > 0 {
+            read_words(words, pos - head.len(), &mut out[done..done + n]);
+            pos += n;
+        }
+        for b in &mut out[done + n..] {
+            *b = tail[pos - body_end].load(Ordering::Relaxed);
+            pos += 1;
         }
         Ok(())
     }
 
-    /// [`write`](Self::write) for raw memory: words where aligned, bytes at the edges.
+    /// [`write`](Self::write) for raw memory (see [`Self::raw_parts`]).
     fn write_raw(&self, offset: u64, data: &[u8]) -> Result<()> {
-        let mut i = 0;
-        while i < data.len() {
-            // SAFETY: as in `read`: in bounds of live region memory, accessed atomically.
-            let p = unsafe { self.ptr.add((offset as usize) + i) };
-            if (p as usize).is_multiple_of(8) && data.len() - i >= 8 {
-                let w = u64::from_ne_bytes(data[i..i + 8].try_into().expect("8 bytes"));
-                // SAFETY: aligned, in bounds, only accessed atomically.
-                unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(w, Ordering::Relaxed);
-                i += 8;
-            } else {
-                // SAFETY: in bounds, only accessed atomically.
-                unsafe { AtomicU8::from_ptr(p as *mut u8) }.store(data[i], Ordering::Relaxed);
-                i += 1;
+        let (head, words, tail) = self.raw_parts();
+        let body_end = head.len() + words.len() * 8;
+        let mut pos = offset as usize;
+        for &b in data {
+            if pos >= head.len() {
+                break;
             }
+            head[pos].store(b, Ordering::Relaxed);
+            pos += 1;
+        }
+        let done = pos - offset as usize;
+        let n = body_end.saturating_sub(pos).min(data.len() - done);
+        if n > 0 {
+            write_words(words, pos - head.len(), &data[done..done + n]);
+            pos += n;
+        }
+        for &b in &data[done + n..] {
+            tail[pos - body_end].store(b, Ordering::Relaxed);
+            pos += 1;
         }
         Ok(())
     }
