@@ -138,9 +138,10 @@ pub enum Error {
     #[error("invalid address handle: {0}")]
     InvalidAh(&'static str),
     /// A device configuration could not be parsed.
-    #[error("device configuration, entry {entry}: {reason}")]
+    #[error("device configuration{}: {reason}", entry_text(.entry))]
     Config {
-        /// The 1-based entry (line or comma-separated item) that is wrong.
+        /// The 1-based entry (line or comma-separated item) that is wrong; 0 when the list
+        /// as a whole is (an unreadable `UROCE_CONFIG` file).
         entry: usize,
         /// What is wrong with it.
         reason: String,
@@ -195,3 +196,12 @@ impl Error {
 
 /// Shorthand for `Result<T, Error>`.
 pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// `", entry N"` for a [`Error::Config`] entry, nothing for 0 (the whole list).
+fn entry_text(entry: &usize) -> String {
+    if *entry == 0 {
+        String::new()
+    } else {
+        format!(", entry {entry}")
+    }
+}

@@ -7,6 +7,71 @@
 //! source. Errors are [`VerbsError`] (with [`VerbsError::errno`] for the C ABI) or, for
 //! posting, [`BadWr`] (libibverbs' `bad_wr`: the index of the first refused WR).
 //!
+//! ## A first program
+//!
+//! One RC SEND between two devices, every step a libibverbs program takes. The devices
+//! are on the simulated fabric here, so this runs anywhere and without sockets; with
+//! `devs[0].open()` instead of `open_on(&sim, ..)` the same code runs over real UDP
+//! (`verbs-api/examples/` has that, with the TCP exchange of two processes).
+//!
+//! ```
+//! use uroce_verbs::*;
+//!
+//! struct End { ctx: Context, _pd: Pd, cq: Cq, mr: Mr, qp: Qp }
+//!
+//! # fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
+//! let sim = SimBackend::new(Fabric::new(1)); // a seeded, lossless fabric
+//! let devs = devices_from("a=10.0.0.1,b=10.0.0.2")?;
+//! let access = (AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).bits();
+//! let mut ends = Vec::new();
+//! for (i, dev) in devs.iter().enumerate() {
+//!     let ctx = dev.open_on(&sim, i as u64)?; // the seed of its keys and QPNs
+//!     let pd = ctx.alloc_pd()?;
+//!     let cq = ctx.create_cq(16, None)?;
+//!     let mr = pd.alloc_mr(4096, access)?;
+//!     let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1,
+//!                       max_inline_data: 0 };
+//!     let qp = pd.create_qp(&QpInitAttr { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq,
+//!                                         srq: None, cap, sq_sig_all: false })?;
+//!     ends.push(End { ctx, _pd: pd, cq, mr, qp });
+//! }
+//! // RESET -> INIT -> RTR -> RTS, each QP towards the other: the peer's GID and QPN are
+//! // what two hosts exchange (over TCP, or rdma_cm) before this point.
+//! for (me, peer) in [(0, 1), (1, 0)] {
+//!     let (qp, peer) = (&ends[me].qp, &ends[peer]);
+//!     let init = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access,
+//!                         ..QpAttr::default() };
+//!     qp.modify(&init, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT
+//!                      | QpAttrMask::ACCESS_FLAGS)?;
+//!     let rtr = QpAttr { qp_state: QpState::Rtr, path_mtu: Mtu::Mtu1024,
+//!                        ah_attr: AhAttr { dgid: peer.ctx.query_gid(1, 0)?,
+//!                                          ..AhAttr::default() },
+//!                        dest_qp_num: peer.qp.qp_num(), rq_psn: 0, max_dest_rd_atomic: 1,
+//!                        min_rnr_timer: 12, ..QpAttr::default() };
+//!     qp.modify(&rtr, QpAttrMask::STATE | QpAttrMask::AV | QpAttrMask::PATH_MTU
+//!                     | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN
+//!                     | QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER)?;
+//!     let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 0, timeout: 14, retry_cnt: 7,
+//!                        rnr_retry: 7, max_rd_atomic: 1, ..QpAttr::default() };
+//!     qp.modify(&rts, QpAttrMask::STATE | QpAttrMask::SQ_PSN | QpAttrMask::TIMEOUT
+//!                     | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY
+//!                     | QpAttrMask::MAX_QP_RD_ATOMIC)?;
+//! }
+//! let (a, b) = (&ends[0], &ends[1]);
+//! b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![b.mr.sge(0, 4096)] }])?;
+//! a.mr.write(0, b"hello")?;
+//! a.qp.post_send(&[SendWr::new(1, SendOp::Send, vec![a.mr.sge(0, 5)])])?;
+//! // Poll the receiver's CQ (on the simulator, polling also moves the virtual clock).
+//! let wc = (0..10_000).find_map(|_| b.cq.poll_one()).expect("a completion");
+//! assert_eq!((wc.wr_id, wc.status, wc.byte_len), (7, WcStatus::Success, 5));
+//! let mut got = [0u8; 5];
+//! b.mr.read(0, &mut got)?;
+//! assert_eq!(&got, b"hello");
+//! let sent = (0..10_000).find_map(|_| a.cq.poll_one()).expect("the SEND's completion");
+//! assert_eq!((sent.wr_id, sent.status), (1, WcStatus::Success));
+//! # Ok(()) }
+//! ```
+//!
 //! ## Devices
 //!
 //! A uroce device is one provider instance bound to one local IP address, IPv4 or

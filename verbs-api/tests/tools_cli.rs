@@ -567,6 +567,15 @@ fn loopback_commands_stat_and_examples() {
     assert!(!summary.contains("roce=0"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 
+    // --backend applies to --loopback too: the raw backend refuses the loopback
+    // interface with its reason instead of quietly using UDP.
+    let o = run(&["pingpong", "--loopback", "--backend", "raw", "-n", "1"]);
+    let err = one_line_error(&o);
+    assert!(
+        err.contains("loopback interface") || err.contains("CAP_NET_RAW"),
+        "{err}"
+    );
+
     let out = assert_ok(&run(&["stat", "-n", "20"]), "stat");
     assert!(counter(&out, "packets_sent") > 0, "{out}");
     assert_eq!(counter(&out, "icrc_drops"), 0, "{out}");
@@ -833,4 +842,29 @@ fn bad_exchange_peers_fail_with_one_line_and_leave_the_device_clean() {
         let err = one_line_error(&wait(server, "server"));
         assert!(err.contains(want), "{err}");
     }
+}
+
+/// With a device list in UROCE_DEVICES and neither -d nor --ip, the server takes the first
+/// listed device (as rdma-core takes the first device) and the client another listed one,
+/// not the host's global address.
+#[test]
+fn without_d_or_ip_the_tools_use_the_configured_device_list() {
+    let list = "lx=127.22.40.1,ly=127.22.40.2";
+    let server = uroce()
+        .env("UROCE_DEVICES", list)
+        .args(["pingpong", "-n", "5", "-p", "19581", "--timeout", "20"])
+        .spawn()
+        .expect("spawn server");
+    let client = uroce()
+        .env("UROCE_DEVICES", list)
+        .args(["pingpong", "-n", "5", "-p", "19581", "--timeout", "20"])
+        .arg("127.22.40.1")
+        .spawn()
+        .expect("spawn client");
+    let c = wait(client, "client");
+    let s = wait(server, "server");
+    let so = assert_ok(&s, "server");
+    let co = assert_ok(&c, "client");
+    assert!(so.contains("device lx address 127.22.40.1"), "{so}");
+    assert!(co.contains("device ly address 127.22.40.2"), "{co}");
 }

@@ -71,7 +71,7 @@ pub fn connect(qp: &Qp, dgid: Gid, dqpn: u32, sq_psn: u32, rq_psn: u32) -> Resul
                 dgid,
                 ..AhAttr::default()
             },
-            path_mtu: uroce_wire::Mtu::Mtu1024,
+            path_mtu: Mtu::Mtu1024,
             dest_qp_num: dqpn,
             rq_psn,
             max_dest_rd_atomic: 1,

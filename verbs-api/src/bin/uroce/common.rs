@@ -44,13 +44,18 @@ pub struct DevArgs {
     )]
     pub dev: Option<String>,
     /// The device to use, by the local address whose UDP port 4791 it owns (any local
-    /// address, listed or not). Default: a client uses the address the kernel routes to
-    /// the peer through, a server the first global address of the host.
+    /// address, listed or not). Default, when UROCE_DEVICES or UROCE_CONFIG sets the
+    /// device list: a server uses the first device, a client the listed device the
+    /// kernel routes to the peer through (else the first other listed one of the peer's
+    /// IP version). Otherwise: a client uses the address the kernel routes to the peer
+    /// through (a peer on 127.0.0.1 gets 127.0.0.2 and the other way round, since the
+    /// peer's device owns port 4791 there; ::1 is the only IPv6 loopback address, so two
+    /// devices cannot share it), a server the first global address of the host.
     #[arg(long, value_name = "ADDR")]
     pub ip: Option<IpAddr>,
     /// Write the device's own RoCE traffic to FILE: pcap, Ethernet link type. A UDP
     /// socket never sees the lower headers, so they are rebuilt: synthetic MACs
-    /// 02:00:<IPv4 address>, IPv4 ID 0 and DF (as sent), TTL 64, the real UDP ports, UDP
+    /// 02:00 and the IPv4 address, IPv4 ID 0 and DF (as sent), TTL 64, the real UDP ports, UDP
     /// checksum computed, the ICRC as sent or received.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -97,9 +102,33 @@ pub fn select_device(args: &DevArgs, peer: Option<IpAddr>) -> Result<Device, Fai
             format!("no device named {name:?} (`uroce devices` lists them; or use --ip ADDR)")
         });
     }
+    // A device list the user set (UROCE_DEVICES or UROCE_CONFIG) is the one to use, as
+    // rdma-core's programs take the first device when -d is absent.
+    let listed = std::env::var_os("UROCE_DEVICES").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("UROCE_CONFIG").is_some_and(|v| !v.is_empty());
     let addr = match (args.ip, peer) {
         (Some(ip), _) => ip,
-        (None, Some(peer)) => route_to(peer)?,
+        (None, Some(peer)) => {
+            let via = route_to(peer)?;
+            if listed && !list.iter().any(|d| d.addr() == via) {
+                // The route leaves through an address the list does not have: the first
+                // listed device of the peer's family (not the peer's own address, whose
+                // port 4791 its device owns).
+                if let Some(d) = list
+                    .iter()
+                    .find(|d| d.addr().is_ipv4() == peer.is_ipv4() && d.addr() != peer)
+                {
+                    return Ok(d.clone());
+                }
+            }
+            via
+        }
+        (None, None) if listed => {
+            return list
+                .first()
+                .cloned()
+                .ok_or_else(|| "the device list is empty".to_string());
+        }
         (None, None) => first_global_addr(),
     };
     Ok(device_for_addr(&list, addr))
@@ -194,11 +223,6 @@ pub struct Opened {
     pub ctx: Context,
     /// The device it was opened from.
     pub dev: Device,
-}
-
-/// Opens `dev` on the UDP backend and attaches `pcap` (if any) to its datapath.
-pub fn open(dev: &Device, pcap: Option<&Arc<PcapOut>>) -> Result<Opened, Fail> {
-    open_with(dev, pcap, None)
 }
 
 /// Opens `dev` on the chosen backend and attaches `pcap` (if any) to its datapath.
@@ -496,13 +520,14 @@ pub struct Loopback {
 pub fn loopback_setup(
     pcap: Option<&PathBuf>,
     port: Option<u16>,
+    backend: Option<BackendKind>,
     indent: &str,
 ) -> Result<Loopback, Fail> {
     let pcap = match pcap {
         Some(p) => Some(PcapOut::create(p, crate::pcapout::Keep::Sent)?),
         None => None,
     };
-    let (server, client) = open_loopback(pcap.as_ref())?;
+    let (server, client) = open_loopback(pcap.as_ref(), backend)?;
     println!(
         "{indent}loopback: server {} ({}), client {} ({})",
         server.dev.name(),
@@ -520,10 +545,14 @@ pub fn loopback_setup(
 }
 
 /// Opens the loopback pair, with a clear error when an address cannot be bound.
-pub fn open_loopback(pcap: Option<&Arc<PcapOut>>) -> Result<(Opened, Opened), Fail> {
+/// `backend`: the `--backend` flag (`None`: `UROCE_BACKEND`, else UDP).
+pub fn open_loopback(
+    pcap: Option<&Arc<PcapOut>>,
+    backend: Option<BackendKind>,
+) -> Result<(Opened, Opened), Fail> {
     let (a, b) = loopback_devices()?;
-    let oa = open(&a, pcap)?;
-    let ob = open(&b, pcap).map_err(|e| {
+    let oa = open_with(&a, pcap, backend)?;
+    let ob = open_with(&b, pcap, backend).map_err(|e| {
         format!("{e} (--loopback needs 127.0.0.2; on Linux every 127.x address is local, elsewhere add it with `ifconfig lo0 alias 127.0.0.2`)")
     })?;
     Ok((oa, ob))

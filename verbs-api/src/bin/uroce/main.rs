@@ -54,7 +54,9 @@ enum Command {
     /// seeded loss, reordering, duplication and corruption), check every message end to
     /// end, and end with one line:
     /// `sim: messages=N delivered=N lost=N duplicated=N misordered=N corrupted=N retransmits=N`.
-    /// Exit status 1 when any message was lost, duplicated, misordered or corrupted.
+    /// Exit status 1 when the transport broke its promise: RC, any message not delivered
+    /// once, in order and intact; UC, any corrupted, duplicated or misordered (UC and UD
+    /// may lose messages); UD, any corrupted; or an error completion or a stalled run.
     Sim(sim::SimArgs),
     /// List the devices and GIDs the tools would open (as `ibv_devinfo`; `-l` as
     /// `ibv_devices`), with the port MTU of each address's interface.

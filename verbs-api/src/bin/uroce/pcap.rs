@@ -67,7 +67,12 @@ pub fn run(files: &[PathBuf]) -> ExitCode {
             |warning| eprintln!("uroce pcap: warning: {warning}"),
         );
         if let Err(e) = result {
-            eprintln!("uroce pcap: error: cannot read {}", e.0);
+            let hint = if e.0.contains("magic number") {
+                " (not a pcap or pcapng file)"
+            } else {
+                ""
+            };
+            eprintln!("uroce pcap: error: cannot read {}{hint}", e.0);
             status = ExitCode::FAILURE;
         }
         if write_error.is_some() {

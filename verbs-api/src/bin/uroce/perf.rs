@@ -954,7 +954,7 @@ fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
         server: a,
         client: b,
         listener,
-    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, " ")?;
+    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.backend, " ")?;
     let peer: SocketAddr = listener.local_addr();
     let cfg_s = cfg.clone();
     let lines = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));

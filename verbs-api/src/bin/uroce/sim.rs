@@ -82,7 +82,8 @@ pub struct SimArgs {
     /// One shared receive queue per side, used by all its QPs.
     #[arg(long)]
     pub srq: bool,
-    /// Messages outstanding at most (0: chosen from the size, 2 to 32).
+    /// Messages outstanding at most; 0 (the default) chooses from the size, between 2
+    /// and 32.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub window: usize,
     /// Print every delivered packet (time, addresses, opcode, PSN, AETH) before the summary.
