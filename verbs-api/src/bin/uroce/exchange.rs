@@ -315,6 +315,17 @@ fn pp_filler() -> [u8; PP_MSG_LEN] {
     .to_wire()
 }
 
+/// An unused-slot filler where QP `i` of this side's `n` expects the peer's address: the
+/// peer runs fewer QPs (`ibv_srq_pingpong -q`).
+fn check_not_filler(m: &[u8], i: usize, n: usize) -> Result<(), Fail> {
+    if m == pp_filler() {
+        return Err(format!(
+            "the peer has {i} QPs and this side {n}: both sides need the same -q"
+        ));
+    }
+    Ok(())
+}
+
 /// Client side of the pingpong exchange: sends `mine` (padded with zero messages to
 /// `slots`), reads `slots` messages from the server and keeps the first `mine.len()`,
 /// sends `"done"`.
@@ -329,6 +340,7 @@ pub fn pp_client(link: &mut Link, mine: &[PpDest], slots: usize) -> Result<Vec<P
     for i in 0..slots {
         let m = link.recv(PP_MSG_LEN)?;
         if i < mine.len() {
+            check_not_filler(&m, i, mine.len())?;
             rem.push(PpDest::parse(&m)?);
         }
     }
@@ -350,6 +362,7 @@ pub fn pp_server(
     for i in 0..slots {
         let m = link.recv(PP_MSG_LEN)?;
         if i < n {
+            check_not_filler(&m, i, n)?;
             rem.push(PpDest::parse(&m)?);
         }
     }
@@ -551,6 +564,22 @@ impl PerfLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_filler_where_an_address_is_expected_names_the_q_mismatch() {
+        let e = check_not_filler(&pp_filler(), 2, 4).unwrap_err();
+        assert!(
+            e.contains("the peer has 2 QPs and this side 4: both sides need the same -q"),
+            "{e}"
+        );
+        let real = PpDest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 1,
+            gid: Gid::from_ip("10.99.0.1".parse().unwrap()),
+        };
+        assert!(check_not_filler(&real.to_wire(), 0, 1).is_ok());
+    }
 
     #[test]
     fn pingpong_message_is_52_bytes_and_round_trips() {
