@@ -92,6 +92,20 @@ verdict() {
             a=$(line "$u" '^[0-9]+ iters in') b=$(line "$g" '^[0-9]+ iters in')
             [ -n "$a" ] && [ "${a%% *}" = "${b%% *}" ] || { echo "iters: uroce '${a}' rxe '${b}'"; return 1; }
             echo "$(line "$u" '^[0-9]+ bytes in' | awk '{print $1 " B, uroce " $(NF-1) " Mbit/s"}'), rxe $(line "$g" '^[0-9]+ bytes in' | awk '{print $(NF-1)}') Mbit/s" ;;
+        bw1a|bw2a|lata)   # an -a sweep: every row's #bytes and #iterations agree (the
+            # passive server of a WRITE/READ bandwidth test prints the last size only)
+            a=$(grep -E '^ [0-9]+ +[0-9]+ ' "$u" | awk '{print $1 "x" $2}' | tr '\n' ' ')
+            b=$(grep -E '^ [0-9]+ +[0-9]+ ' "$g" | awk '{print $1 "x" $2}' | tr '\n' ' ')
+            if [ $kind = bw1a ] && [ "$(echo $a | wc -w)" = 1 -o "$(echo $b | wc -w)" = 1 ]; then
+                [ "$(echo $a | awk '{print $NF}')" = "$(echo $b | awk '{print $NF}')" ] \
+                    || { echo "last rows differ: uroce '$a' rxe '$b'"; return 1; }
+                echo "last row $(echo $a | awk '{print $NF}') (B x iterations) on both sides"; return 0
+            fi
+            [ -n "$a" ] || [ -n "$b" ] || { echo "no result rows"; return 1; }
+            if [ -n "$a" ] && [ -n "$b" ]; then
+                [ "$a" = "$b" ] || { echo "rows differ: uroce '$a' rxe '$b'"; return 1; }
+            fi
+            echo "$(echo ${a:-$b} | wc -w) sizes, $(echo ${a:-$b} | awk '{print $1}') .. $(echo ${a:-$b} | awk '{print $NF}') (B x iterations) on both sides" ;;
         bw1|bw2)   # bw1: server prints the client's report (same figures); bw2: each its own
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] && [ -n "$b" ] || { echo "no result row: uroce '${a}' rxe '${b}'"; return 1; }
@@ -195,9 +209,12 @@ perf() {
     esac
     szu="-s $sz" szg="-s $sz"
     [ $t = atomic_bw ] && { szu=""; szg=""; }
+    case " $x " in *" -a "*) kind=${kind}a; szu=""; szg="" ;; esac
     for role in server client; do
         local tag=
         case $x in *CMP*) tag=-cas ;; *FETCH*) tag=-faa ;; esac
+        case " $x " in *" -a "*) tag=-all ;; esac
+        case " $x " in *" -q "*) tag="-q$(echo "$x" | sed 's/.*-q \([0-9]*\).*/\1/')" ;; esac
         run "$pre-$t$tag-s$sz-m$mtu-$role" $role $kind $net \
             "perf ${t//_/-} $szu -n $n -m $mtu $x" "ib_$t -d rxe0 -x @G -F $szg -n $n -m $mtu $x"
     done
@@ -225,6 +242,9 @@ perf v4 v4 atomic_bw 8 1024 200 "-A FETCH_AND_ADD"; perf v4 v4 atomic_bw 8 4096 
 for t in write_lat send_lat read_lat; do
     perf v4 v4 $t 1 1024 100; perf v4 v4 $t 4096 1024 100; perf v4 v4 $t 65536 4096 20
 done
+# perftest's -q (QPs per side) and -a (every size 2 B .. 8 MiB)
+for t in write_bw read_bw send_bw; do perf v4 v4 $t 65536 1024 50 "-q 2"; done
+for t in write_bw read_bw send_bw write_lat send_lat read_lat; do perf v4 v4 $t 1 4096 5 "-a"; done
 
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------

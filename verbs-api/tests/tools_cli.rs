@@ -868,3 +868,30 @@ fn without_d_or_ip_the_tools_use_the_configured_device_list() {
     assert!(so.contains("device lx address 127.22.40.1"), "{so}");
     assert!(co.contains("device ly address 127.22.40.2"), "{co}");
 }
+
+/// perftest's `-q` counts the messages of every QP in #iterations (ib_send_bw 6.06 with
+/// `-n 50 -q 2` prints 100), and `-a` sweeps 2 B .. 8 MiB with the barriers perftest puts
+/// between the sizes (one for send-lat: checked against ib_send_lat in the lab).
+#[test]
+fn perf_q_counts_every_qp_and_a_sweeps_every_size() {
+    let args = ["perf", "send-bw", "-q", "2", "-n", "50", "-s", "4096"];
+    let (s, c) = pair(41, 19582, &args, &args);
+    let (so, co) = (assert_ok(&s, "send-bw -q 2"), assert_ok(&c, "send-bw -q 2"));
+    assert_eq!(bw_row(&so, 4096)[1], 100.0, "{so}");
+    assert_eq!(bw_row(&co, 4096)[1], 100.0, "{co}");
+    let args = ["perf", "send-lat", "-a", "-n", "5"];
+    let (s, c) = pair(42, 19583, &args, &args);
+    let (so, co) = (assert_ok(&s, "send-lat -a"), assert_ok(&c, "send-lat -a"));
+    for out in [&so, &co] {
+        let sizes: Vec<u64> = out
+            .lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (b, n) = (w.next()?.parse::<u64>().ok()?, w.next()?);
+                (n == "5").then_some(b)
+            })
+            .collect();
+        let want: Vec<u64> = (1..=23).map(|i| 1u64 << i).collect();
+        assert_eq!(sizes, want, "{out}");
+    }
+}
