@@ -173,20 +173,20 @@ impl Datapath {
         }
         self.linger.lock().extend(packets);
         self.has_linger
-            .store(true, std::sync::atomic::Ordering::Release);
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.wake();
     }
 
     /// The next lingering packet, copied into `buf`.
     fn pop_linger(&self, buf: &mut [u8]) -> Option<Transmit> {
-        if !self.has_linger.load(std::sync::atomic::Ordering::Acquire) {
+        if !self.has_linger.load(std::sync::atomic::Ordering::SeqCst) {
             return None;
         }
         let mut l = self.linger.lock();
         let next = l.pop_front();
         if l.is_empty() {
             self.has_linger
-                .store(false, std::sync::atomic::Ordering::Release);
+                .store(false, std::sync::atomic::Ordering::SeqCst);
         }
         let (t, bytes) = next?;
         buf[..bytes.len()].copy_from_slice(&bytes);
@@ -263,15 +263,14 @@ impl Datapath {
             }
             std::mem::take(&mut *e)
         };
-        let qps: Vec<Arc<QueuePair>> = self
-            .qps
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|qp| cqs.contains(&qp.send_cq().id()) || cqs.contains(&qp.recv_cq().id()))
-            .collect();
-        for qp in qps {
-            qp.cq_error();
+        // Upgrade under the lock, filter after it: an Arc the filter drops may be the last
+        // one, and the QP's Drop takes the `qps` lock (through `unregister`).
+        let live: Vec<Arc<QueuePair>> =
+            self.qps.lock().values().filter_map(Weak::upgrade).collect();
+        for qp in live {
+            if cqs.contains(&qp.send_cq().id()) || cqs.contains(&qp.recv_cq().id()) {
+                qp.cq_error();
+            }
         }
     }
 }
@@ -362,9 +361,7 @@ impl Device {
 
     /// True when [`Device::poll_transmit`] may have a packet to give.
     pub fn has_pending_transmit(&self) -> bool {
-        self.dp
-            .has_linger
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.dp.has_linger.load(std::sync::atomic::Ordering::SeqCst)
             || !self.dp.sched.lock().ready.is_empty()
     }
 

@@ -226,7 +226,11 @@ impl MemoryRegion {
     /// `ptr..ptr + len` must be valid for reads and writes until the last `Arc` of the
     /// region is dropped, and for that whole time every other access to it (by any
     /// thread) must be atomic or otherwise not race with the region's relaxed atomic
-    /// byte and word accesses; no Rust reference to it may exist.
+    /// byte and word accesses; no Rust reference to it may exist. The region reads and
+    /// writes the bytes before its first 8-aligned word and after its last whole one as
+    /// bytes, and the words in between as 8-byte words; two regions over the same memory
+    /// must not disagree about that while their copies may race (register them with the
+    /// same bounds, or with ends on 8-byte boundaries).
     pub unsafe fn register_raw(
         pd: &Arc<ProtectionDomain>,
         ptr: *mut u8,

@@ -213,7 +213,10 @@ impl Requester {
     /// False when `psn` is a new PSN (never sent) at least [`MAX_UNACKED_PSNS`] past the
     /// oldest unacknowledged one: it waits for ACKs. Retransmissions are never held back.
     fn window_allows(&self, psn: Psn) -> bool {
-        psn.is_before(self.high) || self.una().distance(psn) < MAX_UNACKED_PSNS as i32
+        // The unsigned 24-bit distance: a new PSN 2^23 or more past `una` (after a READ
+        // of 2^23 response packets, say) is far ahead, not behind.
+        let ahead = psn.value().wrapping_sub(self.una().value()) & 0x00ff_ffff;
+        psn.is_before(self.high) || ahead < MAX_UNACKED_PSNS
     }
 
     /// Whether the next WQE may start now: RTS, no earlier local error, fence and
@@ -474,5 +477,34 @@ pub(crate) fn send_write_opcodes(op: &SendOp) -> (Opcode, Opcode, Opcode, Opcode
             Opcode::RC_RDMA_WRITE_MIDDLE,
             Opcode::RC_RDMA_WRITE_LAST,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A READ of 2^23 response PSNs (2 GiB at MTU 256) puts the next new PSN exactly half
+    /// the PSN space past `una`: far ahead, so the window holds it back (a signed distance
+    /// read it as behind and let it go).
+    #[test]
+    fn the_window_measures_psns_ahead_of_una_unsigned() {
+        let mut r = Requester::new(Psn::new(0xff_fff0));
+        let npkts = 1u32 << 23;
+        r.started.push_back(WqeTx {
+            first_psn: Psn::new(0xff_fff0),
+            npkts,
+            len: u32::MAX,
+            kind: Kind::Read,
+            done_pkts: 0,
+            error: None,
+        });
+        r.next_psn = Psn::new(0xff_fff0).wrapping_add(npkts);
+        r.high = r.next_psn;
+        assert!(!r.window_allows(r.next_psn));
+        // Within the window, and a PSN sent before, are allowed.
+        assert!(r.window_allows(Psn::new(0xff_fff0).wrapping_add(npkts - 1000)));
+        r.started[0].done_pkts = npkts - 100;
+        assert!(r.window_allows(r.next_psn));
     }
 }
