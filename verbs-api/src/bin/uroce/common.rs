@@ -225,6 +225,50 @@ pub struct Opened {
     pub dev: Device,
 }
 
+/// The device for a two-process run: [`select_device`] (`peer`: the client's peer),
+/// announced as `{indent}device NAME address ADDR`, opened on the chosen backend with
+/// `pcap` (if any) attached.
+pub fn open_selected(
+    args: &DevArgs,
+    peer: Option<IpAddr>,
+    pcap: Option<&Arc<PcapOut>>,
+    indent: &str,
+) -> Result<Opened, Fail> {
+    let dev = select_device(args, peer)?;
+    println!("{indent}device {} address {}", dev.name(), dev.addr());
+    open_with(&dev, pcap, args.backend)
+}
+
+/// The wildcard address of `addr`'s IP version (where a server's TCP exchange listens).
+pub fn unspecified_like(addr: IpAddr) -> IpAddr {
+    if addr.is_ipv4() {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    }
+}
+
+/// Ends a run that wrote `pcap`: closes the file (its error first), then returns the
+/// run's result `r`, announcing the frames written on success.
+pub fn finish_pcap(
+    pcap: Option<Arc<PcapOut>>,
+    r: Result<(), Fail>,
+    indent: &str,
+) -> Result<(), Fail> {
+    if let Some(p) = pcap {
+        let frames = p.finish()?;
+        r?;
+        println!("{indent}pcap: {frames} frames written");
+        return Ok(());
+    }
+    r
+}
+
+/// Prints one result line on stdout (the output sink of a two-process run).
+pub fn stdout_line(s: String) {
+    println!("{s}");
+}
+
 /// Opens `dev` on the chosen backend and attaches `pcap` (if any) to its datapath.
 pub fn open_with(
     dev: &Device,

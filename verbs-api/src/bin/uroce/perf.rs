@@ -20,7 +20,7 @@
 //! and WRITE (ping-pong) and the whole operation for READ, over every iteration: minimum,
 //! maximum, typical (median), average, standard deviation, 99% and 99.9% percentiles.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -900,10 +900,6 @@ fn precheck(o: &Opened, cfg: &Cfg) -> Result<(), Fail> {
     Ok(())
 }
 
-fn stdout_line(s: String) {
-    println!("{s}");
-}
-
 /// Runs `uroce perf`.
 pub fn run(args: &PerfArgs) -> Result<(), Fail> {
     let cfg = args.cfg()?;
@@ -918,39 +914,24 @@ pub fn run(args: &PerfArgs) -> Result<(), Fail> {
     let r = match &args.peer {
         Some(host) => {
             let peer = resolve(host, port)?;
-            let dev = common::select_device(&args.dev, Some(peer.ip()))?;
-            println!(" device {} address {}", dev.name(), dev.addr());
-            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
+            let o = common::open_selected(&args.dev, Some(peer.ip()), pcap.as_ref(), " ")?;
             precheck(&o, &cfg)?;
             let link = Link::connect(peer, cfg.timeout)?;
-            side_run(o, &cfg, link, true, &stdout_line)
+            side_run(o, &cfg, link, true, &common::stdout_line)
         }
         None => {
-            let dev = common::select_device(&args.dev, None)?;
-            println!(" device {} address {}", dev.name(), dev.addr());
-            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
+            let o = common::open_selected(&args.dev, None, pcap.as_ref(), " ")?;
             precheck(&o, &cfg)?;
-            let any = if dev.addr().is_ipv4() {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-            };
-            let listener = Server::bind(any, port)?;
+            let listener = Server::bind(common::unspecified_like(o.dev.addr()), port)?;
             println!();
             println!("************************************");
             println!("* Waiting for client to connect... *");
             println!("************************************");
             let link = listener.accept(None, cfg.timeout)?;
-            side_run(o, &cfg, link, false, &stdout_line)
+            side_run(o, &cfg, link, false, &common::stdout_line)
         }
     };
-    if let Some(p) = pcap {
-        let frames = p.finish()?;
-        r?;
-        println!(" pcap: {frames} frames written");
-        return Ok(());
-    }
-    r
+    common::finish_pcap(pcap, r, " ")
 }
 
 fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
@@ -973,7 +954,7 @@ fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
         })
         .map_err(|e| format!("cannot start the server thread: {e}"))?;
     let rc = Link::connect(peer, cfg.timeout)
-        .and_then(|link| side_run(b, cfg, link, true, &stdout_line));
+        .and_then(|link| side_run(b, cfg, link, true, &common::stdout_line));
     let rs = server
         .join()
         .unwrap_or_else(|_| Err("the server thread panicked".into()));
@@ -982,11 +963,7 @@ fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
             println!("{l}");
         }
     }
-    if let Some(p) = pcap {
-        let frames = p.finish()?;
-        println!(" pcap: {frames} frames written");
-    }
-    rc.and(rs)
+    common::finish_pcap(pcap, rc.and(rs), " ")
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! go each way (over all QPs with `--srq -q N`). Bytes count both directions
 //! (`size * iters * 2`).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -582,10 +582,6 @@ pub fn resolve(host: &str, port: u16) -> Result<SocketAddr, Fail> {
         .ok_or_else(|| format!("{host:?} has no address"))
 }
 
-fn stdout_line(s: String) {
-    println!("{s}");
-}
-
 /// Runs `uroce pingpong`.
 pub fn run(args: &PingpongArgs) -> Result<(), Fail> {
     let cfg = args.cfg()?;
@@ -600,31 +596,16 @@ pub fn run(args: &PingpongArgs) -> Result<(), Fail> {
     let r = match &args.peer {
         Some(host) => {
             let peer = resolve(host, port)?;
-            let dev = common::select_device(&args.dev, Some(peer.ip()))?;
-            println!("  device {} address {}", dev.name(), dev.addr());
-            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
-            client_side(o, &cfg, peer, &stdout_line)
+            let o = common::open_selected(&args.dev, Some(peer.ip()), pcap.as_ref(), "  ")?;
+            client_side(o, &cfg, peer, &common::stdout_line)
         }
         None => {
-            let dev = common::select_device(&args.dev, None)?;
-            println!("  device {} address {}", dev.name(), dev.addr());
-            let o = common::open_with(&dev, pcap.as_ref(), args.dev.backend)?;
-            let any = if dev.addr().is_ipv4() {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
-            };
-            let listener = Server::bind(any, port)?;
-            server_side(o, &cfg, &listener, None, &stdout_line)
+            let o = common::open_selected(&args.dev, None, pcap.as_ref(), "  ")?;
+            let listener = Server::bind(common::unspecified_like(o.dev.addr()), port)?;
+            server_side(o, &cfg, &listener, None, &common::stdout_line)
         }
     };
-    if let Some(p) = pcap {
-        let frames = p.finish()?;
-        r?;
-        println!("  pcap: {frames} frames written");
-        return Ok(());
-    }
-    r
+    common::finish_pcap(pcap, r, "  ")
 }
 
 fn run_loopback(args: &PingpongArgs, cfg: &Cfg) -> Result<(), Fail> {
@@ -655,9 +636,5 @@ fn run_loopback(args: &PingpongArgs, cfg: &Cfg) -> Result<(), Fail> {
     for l in lines.lock().iter().chain(client_lines.lock().iter()) {
         println!("{l}");
     }
-    if let Some(p) = pcap {
-        let frames = p.finish()?;
-        println!("  pcap: {frames} frames written");
-    }
-    rc.and(rs)
+    common::finish_pcap(pcap, rc.and(rs), "  ")
 }
