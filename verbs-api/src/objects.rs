@@ -351,7 +351,8 @@ impl Pd {
     ///
     /// See [`p::mr::MemoryRegion::register_raw`]: `ptr..ptr+len` must stay valid for
     /// reads and writes, and be accessed by others only in ways that do not race with
-    /// atomic accesses, until the region and every clone of it are dropped.
+    /// atomic accesses, until [`Mr::dereg`] returns (or the region and every clone of it
+    /// are dropped); after that uroce never touches it again and the caller may free it.
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: u32) -> Result<Mr> {
         // SAFETY: forwarded to the caller.
         Ok(Mr {
@@ -466,8 +467,11 @@ impl Mr {
         self.inner.fill(offset, len, byte)
     }
 
-    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys stop working at once, and
-    /// its bytes are returned.
+    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys stop working at once, copies
+    /// in progress are waited for, and nothing touches its memory afterwards (every clone's
+    /// `read`/`write` fails with [`VerbsError::Deregistered`]). The bytes of a region uroce
+    /// allocated are returned; a [`Pd::reg_mr_raw`] region returns none (they are in the
+    /// caller's memory).
     pub fn dereg(self) -> Vec<u8> {
         self.inner.deregister();
         self.inner.contents()
