@@ -615,7 +615,7 @@ fn run_loopback(args: &PingpongArgs, cfg: &Cfg) -> Result<(), Fail> {
         server: a,
         client: b,
         listener,
-    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.backend, "  ")?;
+    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.io(), "  ")?;
     let peer = listener.local_addr();
     let cfg_s = cfg.clone();
     let lines = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
