@@ -393,30 +393,25 @@ impl Engine {
             app_passes: AtomicU64::new(0),
             covers: AtomicU64::new(0),
         });
-        let thread = match config.progress {
-            Progress::Thread { busy_poll } => {
-                dp.set_waker(Arc::new(move || wake.wake_if(1 << WATCHING)));
-                let s = shared.clone();
-                let t = std::thread::Builder::new()
-                    .name(format!("uroce-engine-{addr}"))
-                    .spawn(move || s.run(busy_poll))
-                    .map_err(os("spawn engine thread"))?;
-                Some(t)
-            }
-            Progress::Shared { idle_after } => {
-                // While it covers, the application's own call that made the work sends it.
-                dp.set_waker(Arc::new(move || wake.wake_if(1 << WATCHING)));
-                let s = shared.clone();
-                let t = std::thread::Builder::new()
-                    .name(format!("uroce-engine-{addr}"))
-                    .spawn(move || s.run_shared(idle_after))
-                    .map_err(os("spawn engine thread"))?;
-                Some(t)
-            }
-            Progress::Polled => {
-                dp.set_waker(Arc::new(|| {}));
-                None
-            }
+        let thread = if config.progress == Progress::Polled {
+            dp.set_waker(Arc::new(|| {}));
+            None
+        } else {
+            // The waker wakes a thread asleep on the socket; one that covers for the
+            // application is not woken: the application's own call that made the work
+            // sends it.
+            dp.set_waker(Arc::new(move || wake.wake_if(1 << WATCHING)));
+            let s = shared.clone();
+            let progress = config.progress;
+            let t = std::thread::Builder::new()
+                .name(format!("uroce-engine-{addr}"))
+                .spawn(move || match progress {
+                    Progress::Thread { busy_poll } => s.run(busy_poll),
+                    Progress::Shared { idle_after } => s.run_shared(idle_after),
+                    Progress::Polled => {}
+                })
+                .map_err(os("spawn engine thread"))?;
+            Some(t)
         };
         Ok(Engine {
             shared,
