@@ -5,6 +5,7 @@
 #                     and a short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
 #   make bench        throughput figures (not a test; numbers are printed, never asserted)
+#   make lab-bench    uroce against rxe in the lab's guests, side by side (root; figures only)
 #   make lab-interop  interop matrix against Linux rxe in ../shared/rxe-lab (root; brings the
 #                     lab up and down; ~5-20 min; not part of `make test`)
 
@@ -20,7 +21,7 @@ FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.
 FUZZ_ENV = RUSTC_BOOTSTRAP=1
 FUZZ_FLAGS = --sanitizer none --release --debug-assertions
 
-.PHONY: all build test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop demo clean
+.PHONY: all build test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench demo clean
 
 all: build
 
@@ -98,6 +99,12 @@ demo:
 lab-interop:
 	$(CARGO) build --release --bin uroce
 	bash tests/lab/interop.sh
+
+# uroce against rxe on the lab's emulated machines (two guests without rxe running uroce,
+# then two with rxe; RUNS rounds): a table of medians and ranges, never asserted.
+lab-bench:
+	$(CARGO) build --release --bin uroce
+	bash tests/lab/bench.sh
 
 clean:
 	$(CARGO) clean

@@ -483,8 +483,19 @@ pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Resul
     }
 }
 
-/// How long a wait spins before it naps between polls.
+/// How long a wait spins before it naps between polls, by default.
 pub const SPIN_FOR: Duration = Duration::from_micros(200);
+
+/// [`SPIN_FOR`], or `UROCE_SPIN_US` microseconds (read once).
+fn spin_for() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::env::var("UROCE_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .map_or(SPIN_FOR, Duration::from_micros)
+    })
+}
 
 /// A polling wait's pacing: spin (yielding) for [`SPIN_FOR`], then sleep 20 µs between
 /// polls. Busy polling both host cores starved the lab's TCG guests (their peers), whose
@@ -513,7 +524,7 @@ impl<'a> Backoff<'a> {
     pub fn pause(&mut self) -> Duration {
         self.spins = self.spins.wrapping_add(1);
         let waited = self.start.elapsed();
-        if waited < SPIN_FOR {
+        if waited < spin_for() {
             std::hint::spin_loop();
             if self.spins.is_multiple_of(64) {
                 std::thread::yield_now();

@@ -1,0 +1,137 @@
+#!/bin/bash
+# `make lab-bench`: uroce against Linux rxe on the same emulated machines, the lab's TCG
+# guests (one CPU each). Figures only: nothing is asserted.
+#
+# Each round boots the lab twice: two guests without rxe (RXELAB_RXE=0) running uroce from
+# a read-only share of the release build, then two guests with rxe. The same workloads run
+# on both, server in guest 1, client in guest 2: on uroce, `uroce perf` and, when the
+# drop-in libibverbs is built, Debian's own perftest binaries through `uroce exec`; on rxe,
+# the same perftest binaries. Rounds alternate (RUNS, default 2, since the emulated guests
+# are noisy) and the table gives the median and the range of each figure with the ratio of
+# the medians.
+#
+#   tests/lab/bench.sh [PATTERN]     only the workloads whose name matches (grep -E)
+#
+# Environment: RUNS, RXELAB_DIR, OUTDIR (default target/lab-bench), UROCE_BIN_DIR (default
+# target/release: the uroce binary and, if built, uroce-lib/).
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LAB=${RXELAB_DIR:-$ROOT/../shared/rxe-lab}
+LAB=$(cd "$LAB" && pwd) || { echo "lab-bench: no rxe-lab at $LAB" >&2; exit 1; }
+BIN=${UROCE_BIN_DIR:-$ROOT/target/release}
+OUTDIR=${OUTDIR:-$ROOT/target/lab-bench}
+RUNS=${RUNS:-2}
+PATTERN=${1:-}
+[ -x "$BIN/uroce" ] || { echo "lab-bench: $BIN/uroce missing (cargo build --release --bin uroce)" >&2; exit 1; }
+mkdir -p "$OUTDIR"
+SHARE=$OUTDIR/share
+rm -rf "$SHARE"; mkdir -p "$SHARE"
+cp "$BIN/uroce" "$SHARE/"
+[ -d "$BIN/uroce-lib" ] && cp -r "$BIN/uroce-lib" "$SHARE/"
+CABI=0; [ -e "$SHARE/uroce-lib/libibverbs.so.1" ] && CABI=1
+
+gsh() { bash "$LAB/guest.sh" "$@"; }
+trap 'bash "$LAB/down.sh" >/dev/null 2>&1' EXIT
+trap 'exit 130' INT TERM
+
+# name | unit (bw: MB/s, more is better; lat: usec, less is better) | perftest arguments
+WORKLOADS="
+write_bw-64K|bw|write_bw|-s 65536 -n 1000 -m 4096
+read_bw-64K|bw|read_bw|-s 65536 -n 1000 -m 4096
+send_bw-64K|bw|send_bw|-s 65536 -n 1000 -m 4096
+write_bw-64|bw|write_bw|-s 64 -n 5000 -m 4096
+read_bw-64|bw|read_bw|-s 64 -n 5000 -m 4096
+send_bw-64|bw|send_bw|-s 64 -n 5000 -m 4096
+send_lat-8|lat|send_lat|-s 8 -n 2000 -m 4096
+write_lat-8|lat|write_lat|-s 8 -n 2000 -m 4096
+read_lat-8|lat|read_lat|-s 8 -n 2000 -m 4096
+"
+
+# The figure of a perftest-style result file: BW average (bw) or t_typical (lat).
+figure() {
+    local unit=$1 f=$2
+    grep -m1 -E '^ [0-9]+ +[0-9]+ ' "$f" 2>/dev/null |
+        awk -v u="$unit" '{ print (u == "bw" ? $4 : $5) }'
+}
+
+# pair STACK NAME SERVER_CMD CLIENT_CMD: server in guest 1, client in guest 2 (connecting to
+# 10.99.0.11); appends "STACK NAME FIGURE" to $OUTDIR/figures.txt.
+pair() {
+    local stack=$1 name=$2 unit=$3 scmd=$4 ccmd=$5 out=$OUTDIR/$stack-$name-r$R
+    gsh 1 "timeout 90 $scmd > /tmp/server.txt 2>&1 &" >/dev/null 2>&1
+    local end=$(( $(date +%s) + 20 ))
+    until gsh 1 "netstat -ltn | grep -q ':18515 '" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$end" ] || break
+        sleep 0.3
+    done
+    gsh 2 "timeout 90 $ccmd 10.99.0.11" > "$out.client.txt" 2>&1
+    gsh 1 "sleep 1; cat /tmp/server.txt; killall -q uroce ib_$name 2>/dev/null; true" > "$out.server.txt" 2>&1
+    local v; v=$(figure $unit "$out.client.txt")
+    echo "$stack $name ${v:--}" >> "$OUTDIR/figures.txt"
+    printf '  %-14s %-16s %s\n' "$stack" "$name" "${v:-failed (see $out.*.txt)}" >&2
+}
+
+run_workloads() {
+    local stack=$1 line name unit test args
+    while IFS='|' read -r name unit test args; do
+        [ -n "$name" ] || continue
+        [ -n "$PATTERN" ] && ! echo "$name" | grep -Eq -- "$PATTERN" && continue
+        case $stack in
+            uroce-perf) pair $stack $name $unit "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.11 $args" \
+                             "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
+            uroce-ib) pair $stack $name $unit "UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -F $args" \
+                           "UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -F $args" ;;
+            rxe) pair $stack $name $unit "ib_$test -d rxe0 -x 1 -F $args" \
+                      "ib_$test -d rxe0 -x 1 -F $args" ;;
+        esac
+    done <<< "$WORKLOADS"
+}
+
+: > "$OUTDIR/figures.txt"
+T0=$(date +%s)
+bash "$LAB/build.sh" >/dev/null 2>&1 || { echo "lab-bench: build.sh failed" >&2; exit 1; }
+for R in $(seq 1 "$RUNS"); do
+    echo "lab-bench: round $R of $RUNS: uroce in two guests without rxe" >&2
+    bash "$LAB/down.sh" >/dev/null 2>&1
+    RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+    run_workloads uroce-perf
+    [ $CABI = 1 ] && run_workloads uroce-ib
+    echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
+    bash "$LAB/down.sh" >/dev/null 2>&1
+    bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+    run_workloads rxe
+done
+bash "$LAB/down.sh" >/dev/null 2>&1
+
+# The table: median [min-max] of each stack, and each uroce column's ratio to rxe.
+stacks="uroce-perf"; [ $CABI = 1 ] && stacks="$stacks uroce-ib"; stacks="$stacks rxe"
+python3 - "$OUTDIR/figures.txt" "$WORKLOADS" $stacks <<'EOF'
+import statistics, sys
+figs, workloads, stacks = sys.argv[1], sys.argv[2], sys.argv[3:]
+vals = {}
+for line in open(figs):
+    stack, name, v = line.split()
+    if v != "-":
+        vals.setdefault((stack, name), []).append(float(v))
+def cell(xs):
+    if not xs:
+        return "failed"
+    m = statistics.median(xs)
+    return f"{m:.2f} [{min(xs):.2f}-{max(xs):.2f}]" if len(xs) > 1 else f"{m:.2f}"
+head = ["workload", "unit"] + stacks + [f"{s} / rxe" for s in stacks if s != "rxe"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for w in workloads.strip().splitlines():
+    name, unit = w.split("|")[:2]
+    row = [name, "MB/s" if unit == "bw" else "usec (t_typical)"]
+    row += [cell(vals.get((s, name), [])) for s in stacks]
+    r = vals.get(("rxe", name))
+    for s in stacks:
+        if s == "rxe":
+            continue
+        u = vals.get((s, name))
+        row.append(f"{statistics.median(u) / statistics.median(r):.2f}x" if u and r else "-")
+    if any(c != "failed" for c in row[2:2 + len(stacks)]):
+        print("| " + " | ".join(row) + " |")
+EOF
+echo "lab-bench: $(( $(date +%s) - T0 )) s, $RUNS round(s); per-run output in $OUTDIR" >&2
