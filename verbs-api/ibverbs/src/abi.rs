@@ -158,10 +158,18 @@ pub struct ibv_port_attr {
 /// Bytes of `ibv_port_attr` that the exported `ibv_query_port@IBVERBS_1.1` writes.
 pub const COMPAT_PORT_ATTR_LEN: usize = offset_of!(ibv_port_attr, port_cap_flags2);
 
+/// `union ibv_gid` (16 bytes): the raw GID; 8-aligned, as the union's `__be64` halves
+/// make it (which makes `ibv_ah_attr` 8-aligned, and `ibv_qp_attr` 144 bytes).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}
+
 /// `struct ibv_gid_entry` (32 bytes).
 #[repr(C)]
 pub struct ibv_gid_entry {
-    pub gid: [u8; 16],
+    pub gid: ibv_gid,
     pub gid_index: u32,
     pub port_num: u32,
     /// `enum ibv_gid_type`: `IBV_GID_TYPE_ROCE_V2` = 2.
@@ -261,7 +269,7 @@ pub struct ibv_ah {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct ibv_global_route {
-    pub dgid: [u8; 16],
+    pub dgid: ibv_gid,
     pub flow_label: u32,
     pub sgid_index: u8,
     pub hop_limit: u8,
@@ -512,6 +520,7 @@ pub fn layout_table() -> Vec<(&'static str, usize)> {
         o!(ibv_port_attr, link_layer),
         o!(ibv_port_attr, flags),
         o!(ibv_port_attr, port_cap_flags2),
+        s!(ibv_gid),
         s!(ibv_gid_entry),
         o!(ibv_gid_entry, gid_index),
         o!(ibv_gid_entry, port_num),
@@ -672,7 +681,7 @@ const _: () = {
     assert!(size_of::<ibv_qp_cap>() == 20);
     assert!(size_of::<ibv_qp_init_attr>() == 64);
     assert!(offset_of!(ibv_qp_init_attr, qp_type) == 52);
-    assert!(size_of::<ibv_qp_attr>() == 140);
+    assert!(size_of::<ibv_qp_attr>() == 144);
     assert!(offset_of!(ibv_qp_attr, ah_attr) == 56);
     assert!(offset_of!(ibv_qp_attr, pkey_index) == 120);
     assert!(offset_of!(ibv_qp_attr, rate_limit) == 136);

@@ -14,7 +14,7 @@ const EINVAL: Errno = Errno(libc::EINVAL);
 /// `ibv_ah_attr` to an address vector (IBTA §11.2.2; `ibv_create_ah(3)`).
 pub fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
-        dgid: Gid(a.grh.dgid),
+        dgid: Gid(a.grh.dgid.raw),
         sgid_index: a.grh.sgid_index,
         flow_label: a.grh.flow_label,
         hop_limit: a.grh.hop_limit,
@@ -29,7 +29,7 @@ pub fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
 pub fn ah_to_c(a: &AhAttr) -> ibv_ah_attr {
     ibv_ah_attr {
         grh: ibv_global_route {
-            dgid: a.dgid.0,
+            dgid: ibv_gid { raw: a.dgid.0 },
             flow_label: a.flow_label,
             sgid_index: a.sgid_index,
             hop_limit: a.hop_limit,

@@ -282,7 +282,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         let dgid = grh_source(grh).ok_or(EINVAL)?;
         let a = ibv_ah_attr {
             grh: ibv_global_route {
-                dgid,
+                dgid: ibv_gid { raw: dgid },
                 flow_label: 0,
                 sgid_index: 0,
                 hop_limit: 64,

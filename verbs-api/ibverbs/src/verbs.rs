@@ -460,7 +460,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         // SAFETY: writable per the contract.
         unsafe {
             entry.write(ibv_gid_entry {
-                gid: g.0,
+                gid: ibv_gid { raw: g.0 },
                 gid_index,
                 port_num,
                 gid_type: 2,
