@@ -66,7 +66,8 @@ pub struct PingpongArgs {
     /// Port of the device (only 1 exists).
     #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
     pub ib_port: u8,
-    /// Bytes per message (default 4096; 2048 for UD).
+    /// Bytes per message (default 4096; 1024 for UD, what rdma-core's ibv_ud_pingpong
+    /// sends without -s, whatever its --help says).
     #[arg(short = 's', long = "size", value_parser = clap::value_parser!(u32).range(1..=(1i64 << 30)))]
     pub size: Option<u32>,
     /// Path MTU in bytes (RC/UC; UD messages must fit the port's MTU).
@@ -127,7 +128,7 @@ impl PingpongArgs {
         }
         let size = self
             .size
-            .unwrap_or(if qp_type == QpType::Ud { 2048 } else { 4096 }) as usize;
+            .unwrap_or(if qp_type == QpType::Ud { 1024 } else { 4096 }) as usize;
         Ok(Cfg {
             qp_type,
             srq: self.srq,
