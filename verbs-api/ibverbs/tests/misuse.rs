@@ -70,7 +70,7 @@ unsafe fn open(dev: *mut ibv_device) -> End {
                 max_recv_wr: 8,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 0,
+                max_inline_data: 64,
             },
             qp_type: 2,
             sq_sig_all: 1,
@@ -324,6 +324,41 @@ fn bad_input_gets_the_documented_error_and_data_keeps_its_byte_order() {
             b"8 bytes!",
             "received into the program's own buffer"
         );
+
+        // An inline SEND from memory that is not registered, with a meaningless L_Key:
+        // the bytes are copied at post time (the buffer is overwritten at once after).
+        let mut rwr = ibv_recv_wr {
+            wr_id: 8,
+            next: null_mut(),
+            sg_list: &mut rsge,
+            num_sge: 1,
+        };
+        assert_eq!(post_recv(b.qp, &mut rwr, &mut rbad), 0);
+        let mut stack = *b"inline, unregistered";
+        let mut isge = ibv_sge {
+            addr: stack.as_mut_ptr() as u64,
+            length: stack.len() as u32,
+            lkey: 0xdead,
+        };
+        let mut wr = send_wr(&mut isge, 1, 2);
+        wr.wr_id = 9;
+        wr.send_flags |= 8; // IBV_SEND_INLINE
+        assert_eq!(post_send(a.qp, &mut wr, &mut bad), 0);
+        stack.fill(b'x');
+        assert_eq!(wait_wc(a.cq).status, 0);
+        let got = wait_wc(b.cq);
+        assert_eq!((got.wr_id, got.status, got.byte_len), (8, 0, 20));
+        assert_eq!(&b.buf[..20], b"inline, unregistered");
+        // Above max_inline_data: EINVAL.
+        let mut big = [0u8; 65];
+        let mut isge = ibv_sge {
+            addr: big.as_mut_ptr() as u64,
+            length: 65,
+            lkey: 0xdead,
+        };
+        let mut wr = send_wr(&mut isge, 1, 2);
+        wr.send_flags |= 8;
+        assert_eq!(post_send(a.qp, &mut wr, &mut bad), EINVAL);
 
         // A zero-length SGE list: a 0-byte RDMA WRITE completes.
         let mut wr = send_wr(null_mut(), 0, 0);
