@@ -1,8 +1,10 @@
 //! Debian's own, unmodified rdma-core and perftest binaries on uroce, through
 //! `uroce exec` and uroce's libibverbs.so.1 (`make cabi`): each pair runs as two
 //! processes, the server on a device at 127.0.N.1 and the client on one at 127.0.N.2 (N
-//! per test, so the tests run in parallel without sharing UDP port 4791), each its own
-//! TCP port. Both must exit 0 and print the same result lines' counts ("N bytes in",
+//! per test and not 0, so that the tests run in parallel, and beside other uroce users of
+//! 127.0.0.1 and 127.0.0.2, without sharing UDP port 4791), each its own TCP port. The
+//! `ibv_devices` test lists 127.0.0.1 and 127.0.0.2 (the default), opening nothing.
+//! Both must exit 0 and print the same result lines' counts ("N bytes in",
 //! "N iters in"; perftest's #bytes and #iterations).
 //!
 //! rdma-core's pingpongs need `-g 0` on RoCE (without a GID they address the peer by LID,
@@ -17,7 +19,7 @@
 //! No test sleeps to synchronise: a client starts once the server's TCP port is listening
 //! (read from /proc/net/tcp), and every wait is bounded.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -141,7 +143,24 @@ fn wait_listening(server: &mut Child, port: u16, what: &str) {
     let start = Instant::now();
     while !listening(port) {
         if let Some(status) = server.try_wait().expect("wait") {
-            panic!("{what}: the server exited ({status}) before listening on port {port}");
+            let mut out = String::new();
+            for pipe in [
+                server
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+                server
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn std::io::Read>),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let mut pipe = pipe;
+                let _ = pipe.read_to_string(&mut out);
+            }
+            panic!("{what}: the server exited ({status}) before listening on port {port}:\n{out}");
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
@@ -388,7 +407,7 @@ fn devinfo_verbose() {
         return;
     }
     let o = finish(
-        exec("uroce0=127.0.0.1", "ibv_devinfo", &["-v"]),
+        exec("uroce0=127.0.39.1", "ibv_devinfo", &["-v"]),
         "ibv_devinfo -v",
         RUN_FOR,
     );
@@ -402,7 +421,7 @@ fn devinfo_verbose() {
         "gid_tbl_len:\t\t1",
         "max_qp_rd_atom:\t\t\t128",
         "num_comp_vectors:\t\t1",
-        "GID[  0]:\t\t::ffff:127.0.0.1, RoCE v2",
+        "GID[  0]:\t\t::ffff:127.0.39.1, RoCE v2",
     ] {
         assert!(t.contains(want), "no {want:?} in:\n{t}");
     }
@@ -655,3 +674,41 @@ fn mixed_ud_pingpong_defaults() {
     ]);
     both_agree(server, client, "UD, C server, uroce client", (409_600, 200));
 }
+
+/// Every result row of perftest's output: (`#bytes`, `#iterations`) of each line after the
+/// header (what `-a` prints, one row per size).
+fn perf_rows(out: &str) -> Vec<(u64, u64)> {
+    out.lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .skip(1)
+        .map_while(|row| {
+            let mut f = row.split_whitespace().map(|v| v.parse::<u64>());
+            Some((f.next()?.ok()?, f.next()?.ok()?))
+        })
+        .collect()
+}
+
+macro_rules! perf_all_case {
+    ($name:ident, $net:expr, $port:expr, $prog:expr) => {
+        /// `-a`: every size from 2 bytes to 8 MiB, 5 iterations each.
+        #[test]
+        fn $name() {
+            if !ready(stringify!($name), &[$prog]) {
+                return;
+            }
+            let p = pair($net, $port, $prog, &["-x", "0", "-a", "-n", "5"]);
+            let want: Vec<(u64, u64)> = (1..=23).map(|i| (1u64 << i, 5)).collect();
+            assert_eq!(perf_rows(&p.client), want, "{}", p.client);
+            // The server prints every row, or (ib_write_bw) only the last size's.
+            let s = perf_rows(&p.server);
+            assert!(
+                want.ends_with(&s),
+                "server rows {s:?} disagree:\n{}",
+                p.server
+            );
+        }
+    };
+}
+
+perf_all_case!(perftest_write_bw_all_sizes, 68, 19138, "ib_write_bw");
+perf_all_case!(perftest_send_lat_all_sizes, 69, 19139, "ib_send_lat");

@@ -1296,7 +1296,11 @@ pub unsafe extern "C" fn ibv_query_qp(
     })
 }
 
-/// `ibv_destroy_qp(3)`: outstanding WRs are dropped; the CQs, SRQ and PD are released.
+/// How long `ibv_destroy_qp` waits for the progress engine to let go of the QP.
+const DESTROY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `ibv_destroy_qp(3)`: outstanding WRs are dropped; the CQs, SRQ and PD are released
+/// before it returns.
 ///
 /// # Safety
 ///
@@ -1307,8 +1311,17 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: per the contract.
         let q = unsafe { Obj::<UQp>::from_c(qp) }?;
         q.k.shared.qps.lock().remove(&q.k.qp.qp_num());
+        let provider = Arc::downgrade(q.k.qp.provider());
         // SAFETY: checked, and C gives it up.
         unsafe { Obj::<UQp>::free(qp) };
+        // The progress engine may hold the provider QP for a moment (it looks QPs up by
+        // number for each packet): wait until that ends, so that the QP's CQs, SRQ and PD
+        // are released when this returns, as C programs expect (they destroy those next,
+        // and libibverbs' destroy is synchronous).
+        let start = std::time::Instant::now();
+        while provider.strong_count() > 0 && start.elapsed() < DESTROY_WAIT {
+            std::thread::yield_now();
+        }
         Ok(0)
     })
 }
