@@ -33,11 +33,28 @@
 //!   it), a WR chain that loops, SGE lists or buffers shorter than their counts say,
 //!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`.
 //!
+//! ## Behaviour worth knowing
+//!
+//! - `IBV_SEND_INLINE` copies the bytes from the SGE addresses at post time without
+//!   checking their L_Keys, as libibverbs does (the memory need not be registered).
+//! - `imm_data` is big-endian in `ibv_send_wr` and `ibv_wc`, as in libibverbs.
+//! - An empty `ibv_poll_cq` yields the CPU, so busy-polling programs leave the progress
+//!   engine thread room to run on small machines.
+//! - `ibv_destroy_qp` returns once the QP's CQs, SRQ and PD are free to be destroyed.
+//! - A device can be open once per process at a time: it owns UDP port 4791 on its
+//!   address (a second `ibv_open_device` fails with `EADDRINUSE`, printed on stderr).
+//! - `ibv_get_cq_event` always blocks until an event (the channel's eventfd is
+//!   non-blocking inside, so a program's `O_NONBLOCK` on it is not seen); programs that
+//!   `poll()` the fd first, as rdma-core's and perftest do, are unaffected.
+//! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
+//!   of SGEs per WR and one per batch of 32 WRs, and a lock per call on QPs created with
+//!   `max_inline_data` (the inline staging region).
+//!
 //! ## Not there yet
 //!
 //! `struct verbs_context` (so the extended verbs, `ibv_create_cq_ex`, `ibv_query_device_ex`'s
 //! extended fields, the `ibv_wr_*` API fall back or fail with `EOPNOTSUPP`), memory
-//! windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`.
+//! windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`, ECE, dmabuf.
 
 pub mod abi;
 mod compat;

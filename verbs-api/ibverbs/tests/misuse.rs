@@ -218,6 +218,9 @@ fn bad_input_gets_the_documented_error_and_data_keeps_its_byte_order() {
 
         let mut a = open(d0);
         let b = open(d1);
+        // A device owns UDP port 4791 on its address: open once per process at a time.
+        assert!(ibv_open_device(d0).is_null());
+        assert_eq!(errno(), libc::EADDRINUSE);
         ibv_free_device_list(list);
 
         // Wrong port, GID index; the port and device attributes perftest relies on.
