@@ -712,3 +712,48 @@ macro_rules! perf_all_case {
 
 perf_all_case!(perftest_write_bw_all_sizes, 68, 19138, "ib_write_bw");
 perf_all_case!(perftest_send_lat_all_sizes, 69, 19139, "ib_send_lat");
+
+/// uroce's own C program (`verbs-api/ibverbs/tests/c/walkthrough.c`), compiled against
+/// the system's `<infiniband/verbs.h>` and linked against Debian's libibverbs, run on
+/// uroce's: QP setup with a refused mask, a SEND + SEND_WITH_IMM + WRITE chain whose
+/// unknown last opcode is `bad_wr`, an SRQ refilled, a completion channel event loop,
+/// zero-copy receives into the program's buffer, a READ back, EBUSY destroys.
+#[test]
+fn c_walkthrough() {
+    let test = "c_walkthrough";
+    if library(test).is_none() {
+        return;
+    }
+    if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
+        skip(
+            test,
+            "/usr/include/infiniband/verbs.h not installed (apt-get install libibverbs-dev)",
+        );
+        return;
+    }
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/ibverbs/tests/c/walkthrough.c");
+    let exe = std::env::temp_dir().join(format!("uroce-walkthrough-{}", std::process::id()));
+    let cc = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg("-libverbs")
+        .output();
+    let cc = match cc {
+        Ok(o) => o,
+        Err(e) => {
+            skip(test, &format!("no C compiler (cc): {e}"));
+            return;
+        }
+    };
+    assert!(cc.status.success(), "{}", text(&cc));
+    let exe_s = exe.to_str().expect("a UTF-8 temp path");
+    let o = finish(
+        exec("w0=127.0.72.1,w1=127.0.72.2", exe_s, &[]),
+        "walkthrough",
+        RUN_FOR,
+    );
+    let _ = std::fs::remove_file(&exe);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("walkthrough: ok"), "{}", text(&o));
+}
