@@ -582,6 +582,49 @@ perf_case!(
     (8, 200)
 );
 
+// Other transports and modes: UD (the MTU-sized 4096-byte default), UC, two QPs (perftest
+// counts both QPs' messages), completion events.
+perf_case!(
+    perftest_send_bw_ud,
+    70,
+    19140,
+    "ib_send_bw",
+    ["-n", "200", "-c", "UD"],
+    (4096, 200)
+);
+perf_case!(
+    perftest_send_lat_ud,
+    71,
+    19141,
+    "ib_send_lat",
+    ["-n", "200", "-c", "UD"],
+    (2, 200)
+);
+perf_case!(
+    perftest_write_bw_uc,
+    72,
+    19142,
+    "ib_write_bw",
+    ["-n", "200", "-c", "UC"],
+    (65536, 200)
+);
+perf_case!(
+    perftest_send_bw_q2,
+    73,
+    19143,
+    "ib_send_bw",
+    ["-n", "200", "-q", "2"],
+    (65536, 400)
+);
+perf_case!(
+    perftest_send_bw_events,
+    74,
+    19144,
+    "ib_send_bw",
+    ["-n", "200", "-e"],
+    (65536, 200)
+);
+
 /// Every versioned libibverbs name that Debian's rdma-core and perftest binaries, and the
 /// libraries they load (libmlx5, libmlx4, libefa, librdmacm), import is exported by
 /// uroce's library with the same version: so each of them loads (they are linked with
