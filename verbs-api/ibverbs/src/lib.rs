@@ -43,9 +43,8 @@
 //! - `ibv_destroy_qp` returns once the QP's CQs, SRQ and PD are free to be destroyed.
 //! - A device can be open once per process at a time: it owns UDP port 4791 on its
 //!   address (a second `ibv_open_device` fails with `EADDRINUSE`, printed on stderr).
-//! - `ibv_get_cq_event` always blocks until an event (the channel's eventfd is
-//!   non-blocking inside, so a program's `O_NONBLOCK` on it is not seen); programs that
-//!   `poll()` the fd first, as rdma-core's and perftest do, are unaffected.
+//! - `ibv_comp_channel.fd` is a real descriptor for poll/epoll/select; with `O_NONBLOCK`
+//!   set on it, `ibv_get_cq_event` fails with `EAGAIN` when no event waits.
 //! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
 //!   of SGEs per WR and one per batch of 32 WRs, and a lock per call on QPs created with
 //!   `max_inline_data` (the inline staging region).

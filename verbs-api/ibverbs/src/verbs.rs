@@ -75,10 +75,43 @@ impl Kind for UMr {
 /// The CQs of a completion channel, to turn the CQ of an event back into its pointer.
 type ChannelCqs = Arc<Mutex<Vec<(Cq, usize)>>>;
 
-/// A completion channel.
+/// A completion channel. C gets `epfd` as `ibv_comp_channel.fd`: an epoll instance
+/// watching the channel's eventfd, so it is readable exactly when the eventfd is, and
+/// it has its own file status flags: a program that sets `O_NONBLOCK` on it makes
+/// `ibv_get_cq_event` return `EAGAIN` instead of blocking, as with libibverbs (the eventfd
+/// itself is always non-blocking inside uroce-verbs).
 pub struct UChannel {
     ch: CompChannel,
     cqs: ChannelCqs,
+    epfd: std::os::fd::OwnedFd,
+}
+
+/// An epoll instance watching `fd` for input.
+fn epoll_on(fd: c_int) -> Result<std::os::fd::OwnedFd, Errno> {
+    use std::os::fd::FromRawFd;
+    let last = || {
+        Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
+    };
+    // SAFETY: no memory is passed.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(last());
+    }
+    // SAFETY: `ep` is a fresh descriptor that nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(ep) };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 0,
+    };
+    // SAFETY: a valid epoll instance, descriptor and event struct.
+    if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+        return Err(last());
+    }
+    Ok(owned)
 }
 impl Kind for UChannel {
     type C = ibv_comp_channel;
@@ -776,9 +809,10 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
         // SAFETY: per the contract.
         let c = unsafe { ctx(context) }?;
         let ch = c.k.ctx.create_comp_channel()?;
+        let epfd = epoll_on(ch.fd())?;
         let cch = ibv_comp_channel {
             context,
-            fd: ch.fd(),
+            fd: std::os::fd::AsRawFd::as_raw_fd(&epfd),
             refcnt: 0,
         };
         Ok(Obj::into_c(
@@ -786,6 +820,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             UChannel {
                 ch,
                 cqs: ChannelCqs::default(),
+                epfd,
             },
         ))
     })
@@ -947,8 +982,9 @@ unsafe extern "C" fn uroce_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int)
     })
 }
 
-/// `ibv_get_cq_event(3)`: waits for the channel's next completion event; writes its CQ
-/// and that CQ's `cq_context`. 0, or -1 with `errno`.
+/// `ibv_get_cq_event(3)`: waits for the channel's next completion event (or, when the
+/// program made the channel's fd non-blocking, fails with `EAGAIN` if there is none);
+/// writes its CQ and that CQ's `cq_context`. 0, or -1 with `errno`.
 ///
 /// # Safety
 ///
@@ -965,8 +1001,15 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return Err(EINVAL);
         }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ch.k.epfd);
+        // SAFETY: our own descriptor.
+        let nonblocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         loop {
-            let ev = ch.k.ch.get_cq_event()?;
+            let ev = if nonblocking {
+                ch.k.ch.try_get_cq_event().ok_or(Errno(libc::EAGAIN))?
+            } else {
+                ch.k.ch.get_cq_event()?
+            };
             let found =
                 ch.k.cqs
                     .lock()

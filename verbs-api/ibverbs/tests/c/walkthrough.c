@@ -6,7 +6,8 @@
  *   - the port and GID queries perftest relies on (through the header's inline wrappers);
  *   - a chain SEND + SEND_WITH_IMM + RDMA WRITE + an unknown opcode: bad_wr is the last;
  *   - the receiver's SRQ, refilled, and its completion channel's event loop (poll() on
- *     the channel fd, ibv_get_cq_event, ibv_ack_cq_events, ibv_req_notify_cq);
+ *     the channel fd, ibv_get_cq_event, ibv_ack_cq_events, ibv_req_notify_cq), and
+ *     EAGAIN from ibv_get_cq_event once the fd is non-blocking;
  *   - the received bytes in the receiver's own registered buffer (zero copy), the
  *     immediate data in network order, an RDMA READ back;
  *   - SGE lists over the QP's limit, destroying objects still in use (EBUSY).
@@ -16,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdio.h>
@@ -233,6 +235,19 @@ int main(void)
 	}
 	for (i = 0; i < 4; i++)
 		post_srq(&b, i);
+
+	/* A non-blocking channel fd: no event waits, so EAGAIN instead of blocking. */
+	{
+		int flags = fcntl(b.ch->fd, F_GETFL);
+		struct ibv_cq *cq;
+		void *cq_ctx;
+
+		CHECK(fcntl(b.ch->fd, F_SETFL, flags | O_NONBLOCK) == 0, "F_SETFL");
+		errno = 0;
+		CHECK(ibv_get_cq_event(b.ch, &cq, &cq_ctx) == -1 && errno == EAGAIN,
+		      "a non-blocking ibv_get_cq_event with no event");
+		CHECK(fcntl(b.ch->fd, F_SETFL, flags) == 0, "F_SETFL");
+	}
 
 	/* Over the QP's SGE limit (1): refused, bad_wr the WR. */
 	{
