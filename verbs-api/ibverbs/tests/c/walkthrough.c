@@ -8,6 +8,7 @@
  *   - the receiver's SRQ, refilled, and its completion channel's event loop (poll() on
  *     the channel fd, ibv_get_cq_event, ibv_ack_cq_events, ibv_req_notify_cq), and
  *     EAGAIN from ibv_get_cq_event once the fd is non-blocking;
+ *   - the SRQ limit armed, and its asynchronous event through the context's async_fd;
  *   - the received bytes in the receiver's own registered buffer (zero copy), the
  *     immediate data in network order, an RDMA READ back;
  *   - SGE lists over the QP's limit, destroying objects still in use (EBUSY).
@@ -235,6 +236,13 @@ int main(void)
 	}
 	for (i = 0; i < 4; i++)
 		post_srq(&b, i);
+	/* Arm the SRQ limit: below 3 WRs, an IBV_EVENT_SRQ_LIMIT_REACHED async event. */
+	{
+		struct ibv_srq_attr sa = { .srq_limit = 3 };
+
+		CHECK(ibv_modify_srq(b.srq, &sa, IBV_SRQ_LIMIT) == 0, "arm the SRQ limit");
+		CHECK(ibv_modify_srq(b.srq, &sa, 1 << 5) == EINVAL, "an unknown SRQ mask bit");
+	}
 
 	/* A non-blocking channel fd: no event waits, so EAGAIN instead of blocking. */
 	{
@@ -295,6 +303,24 @@ int main(void)
 	      "second receive: flags %#x imm %#x", wc[1].wc_flags, ntohl(wc[1].imm_data));
 	CHECK(!memcmp(b.buf + 64, "with immediate", 14), "the SEND_WITH_IMM's bytes");
 	CHECK(wc[1].qp_num == b.qp->qp_num, "wc.qp_num");
+	/* Two of four WRs taken: the limit's event, through the context's async_fd (after
+	 * the port's IBV_EVENT_PORT_ACTIVE of the device's opening). */
+	for (i = 0;; i++) {
+		struct pollfd p = { .fd = b.ctx->async_fd, .events = POLLIN };
+		struct ibv_async_event ev;
+
+		CHECK(i < 2, "no IBV_EVENT_SRQ_LIMIT_REACHED");
+		CHECK(poll(&p, 1, 10000) == 1, "no async event within 10 s");
+		CHECK(ibv_get_async_event(b.ctx, &ev) == 0, "ibv_get_async_event");
+		ibv_ack_async_event(&ev);
+		if (ev.event_type == IBV_EVENT_PORT_ACTIVE) {
+			CHECK(ev.element.port_num == 1, "port %d active", ev.element.port_num);
+			continue;
+		}
+		CHECK(ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == b.srq,
+		      "async event %s (%d)", ibv_event_type_str(ev.event_type), ev.event_type);
+		break;
+	}
 	post_srq(&b, 0);
 	post_srq(&b, 1);
 
