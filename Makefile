@@ -21,7 +21,7 @@ FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.
 FUZZ_ENV = RUSTC_BOOTSTRAP=1
 FUZZ_FLAGS = --sanitizer none --release
 
-.PHONY: all build cabi cabi-release test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop demo clean
+.PHONY: all build cabi cabi-release bench-cabi test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop demo clean
 
 all: build
 
@@ -103,6 +103,11 @@ bench:
 	$(CARGO) bench -p uroce-wire --bench parse
 	$(CARGO) bench -p uroce-provider --bench sim
 	$(CARGO) bench -p uroce-provider --bench loopback
+	$(MAKE) bench-cabi
+
+# Debian's perftest on uroce's libibverbs.so.1 beside `uroce perf` (figures, not asserted).
+bench-cabi: cabi-release
+	bash verbs-api/ibverbs/bench.sh
 
 # The main job on a fresh machine: an RC pingpong between 127.0.0.1 and 127.0.0.2.
 demo:
