@@ -800,3 +800,44 @@ fn c_walkthrough() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("walkthrough: ok"), "{}", text(&o));
 }
+
+/// What uroce does not have yet fails the way the programs expect of a device without it:
+/// a clean error and exit status 1, never a crash (the `ibv_wr_*` API of `-N`, completion
+/// timestamps, device memory, on-demand paging, XRC).
+#[test]
+fn unsupported_features_fail_cleanly() {
+    if !ready(
+        "unsupported_features_fail_cleanly",
+        &["ibv_rc_pingpong", "ibv_xsrq_pingpong"],
+    ) {
+        return;
+    }
+    for (prog, args, says) in [
+        (
+            "ibv_rc_pingpong",
+            &["-g", "0", "-p", "19150", "-N"][..],
+            "Couldn't create QP",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-g", "0", "-p", "19150", "-t"][..],
+            "timestamp",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-g", "0", "-p", "19150", "-j"][..],
+            "dm",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-g", "0", "-p", "19150", "-o"][..],
+            "ODP",
+        ),
+        ("ibv_xsrq_pingpong", &["-p", "19150"][..], "XRC"),
+    ] {
+        let o = finish(exec("urocex=127.0.75.1", prog, args), prog, RUN_FOR);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{prog} {args:?}: {t}");
+        assert!(t.contains(says), "{prog} {args:?}: {t}");
+    }
+}
