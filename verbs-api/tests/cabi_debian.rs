@@ -841,3 +841,36 @@ fn unsupported_features_fail_cleanly() {
         assert!(t.contains(says), "{prog} {args:?}: {t}");
     }
 }
+
+/// `uroce exec` without the library says how to build it; with it, the program gets the
+/// library path and the device list.
+#[test]
+fn exec_explains_a_missing_library_and_passes_the_environment() {
+    let o = Command::new(uroce())
+        .args(["exec", "--lib-dir", "/nonexistent/uroce-lib", "--", "true"])
+        .output()
+        .expect("uroce exec");
+    assert_eq!(o.status.code(), Some(1));
+    let t = text(&o);
+    assert!(
+        t.contains("make cabi") && t.contains("/nonexistent/uroce-lib"),
+        "{t}"
+    );
+    if library("exec_explains_a_missing_library_and_passes_the_environment").is_none() {
+        return;
+    }
+    let o = Command::new(uroce())
+        .args(["exec", "--devices", "e0=127.0.76.1", "--", "sh", "-c"])
+        .arg("echo \"$LD_LIBRARY_PATH|$UROCE_DEVICES|$UROCE_BACKEND\"")
+        .env("UROCE_BACKEND", "udp")
+        .env("LD_LIBRARY_PATH", "/already/there")
+        .output()
+        .expect("uroce exec");
+    let t = text(&o);
+    let lib_dir = Path::new(uroce()).parent().unwrap().join("uroce-lib");
+    assert_eq!(
+        t.trim(),
+        format!("{}:/already/there|e0=127.0.76.1|udp", lib_dir.display()),
+        "{t}"
+    );
+}
