@@ -425,5 +425,12 @@ fn bad_input_gets_the_documented_error_and_data_keeps_its_byte_order() {
             assert_eq!(ibv_close_device(e.ctx), 0);
             drop(e.buf);
         }
+        // Closing releases the device: it opens again at once (UDP port 4791 is free).
+        let mut n = 0;
+        let list = ibv_get_device_list(&mut n);
+        let ctx = ibv_open_device(*list);
+        assert!(!ctx.is_null(), "reopen: errno {}", errno());
+        assert_eq!(ibv_close_device(ctx), 0);
+        ibv_free_device_list(list);
     }
 }
