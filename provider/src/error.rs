@@ -159,6 +159,21 @@ pub enum Error {
         /// Length of the region in bytes.
         mr_len: u64,
     },
+    /// The memory region was deregistered (`ibv_dereg_mr`): its memory is no longer
+    /// accessed.
+    #[error("memory region {lkey:#010x} is deregistered; its memory is no longer accessed")]
+    Deregistered {
+        /// The region's L_Key.
+        lkey: u32,
+    },
+    /// A raw registration whose range runs past the top of the address space.
+    #[error("cannot register {len} bytes at {addr:#x}: the range runs past the top of the address space")]
+    AddressWraps {
+        /// The start address.
+        addr: u64,
+        /// Bytes.
+        len: u64,
+    },
     /// A raw registration of a non-zero length at the null address.
     #[error("cannot register memory at the null address")]
     NullAddress,

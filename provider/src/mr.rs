@@ -19,6 +19,17 @@
 //! anyway; there uroce uses word accesses where aligned and byte accesses at the edges, so
 //! that it never touches a byte outside the registration.
 //!
+//! # Deregistration
+//!
+//! Once [`MemoryRegion::deregister`] returns, nothing touches the region's memory again
+//! (`ibv_dereg_mr(3)`: the memory is the application's again, and for a raw region it may
+//! be freed). Every copy and atomic, local or remote, first *pins* the region: one atomic
+//! increment of a counter that also holds a "deregistered" bit. Deregistration sets the bit,
+//! so no new copy starts, then waits for the copies in progress (each at most one packet)
+//! to unpin. A copy refused this way is [`Error::Deregistered`] locally and
+//! [`AccessFault::InvalidKey`] to the transport, which NAKs it with Remote Access Error as
+//! if the key had never existed (IBTA §10.6.3.2: a deregistered region's keys are invalid).
+//!
 //! # Addresses
 //!
 //! A region has a virtual address range `[addr, addr + len)`, like `ibv_mr::addr`.
@@ -39,7 +50,7 @@ use crate::pd::{PdId, ProtectionDomain};
 use bitflags::bitflags;
 use rand::Rng;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 bitflags! {
@@ -141,6 +152,20 @@ pub struct MemoryRegion {
     len: u64,
     ptr: *const u8,
     storage: Storage,
+    /// Copies in progress (the low bits) and [`DEREGISTERED`] (see the module docs).
+    pins: AtomicU32,
+}
+
+/// The bit of [`MemoryRegion::pins`] that says the region was deregistered.
+const DEREGISTERED: u32 = 1 << 31;
+
+/// A copy in progress on a live region: deregistration waits until it is dropped.
+struct Pin<'a>(&'a AtomicU32);
+
+impl Drop for Pin<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 // SAFETY: the region's bytes are only ever accessed through atomic operations (see the
@@ -198,6 +223,7 @@ impl MemoryRegion {
             len: len as u64,
             ptr,
             storage: Storage::Owned(boxed),
+            pins: AtomicU32::new(0),
         });
         r.mrs.insert(&mr);
         drop(guard);
@@ -223,14 +249,19 @@ impl MemoryRegion {
     ///
     /// # Safety
     ///
-    /// `ptr..ptr + len` must be valid for reads and writes until the last `Arc` of the
-    /// region is dropped, and for that whole time every other access to it (by any
+    /// `ptr..ptr + len` must be valid for reads and writes until [`deregister`] returns
+    /// (or the last `Arc` of the region is dropped, which deregisters it), and for that
+    /// whole time every other access to it (by any
     /// thread) must be atomic or otherwise not race with the region's relaxed atomic
     /// byte and word accesses; no Rust reference to it may exist. The region reads and
     /// writes the bytes before its first 8-aligned word and after its last whole one as
     /// bytes, and the words in between as 8-byte words; two regions over the same memory
     /// must not disagree about that while their copies may race (register them with the
-    /// same bounds, or with ends on 8-byte boundaries).
+    /// same bounds, or with ends on 8-byte boundaries). After [`deregister`] has returned
+    /// the region never touches the memory again (see the module docs), so the caller may
+    /// free it.
+    ///
+    /// [`deregister`]: Self::deregister
     pub unsafe fn register_raw(
         pd: &Arc<ProtectionDomain>,
         ptr: *mut u8,
@@ -241,6 +272,14 @@ impl MemoryRegion {
         let dev = pd.device().clone();
         if ptr.is_null() && len > 0 {
             return Err(Error::NullAddress);
+        }
+        if (ptr as u64).checked_add(len as u64).is_none() {
+            // No real buffer does this; a C caller's bogus pointer must not make the
+            // bounds checks overflow.
+            return Err(Error::AddressWraps {
+                addr: ptr as u64,
+                len: len as u64,
+            });
         }
         dev.reserve(Resource::Mr)?;
         let mut guard = dev.res.lock();
@@ -255,6 +294,7 @@ impl MemoryRegion {
             len: len as u64,
             ptr,
             storage: Storage::Raw,
+            pins: AtomicU32::new(0),
         });
         r.mrs.insert(&mr);
         drop(guard);
@@ -262,14 +302,41 @@ impl MemoryRegion {
         Ok(mr)
     }
 
-    /// Removes the region from its device's key table: its keys are refused from now on
-    /// (`ibv_dereg_mr(3)`). Memory stays readable through this `Arc` until dropped.
+    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys are refused from now on, every
+    /// copy or atomic on it fails ([`Error::Deregistered`] locally, a Remote Access Error NAK
+    /// to a peer), and it waits for the copies already in progress (each at most one
+    /// packet's worth), so that when it returns nothing touches the memory any more (see the
+    /// module docs). Idempotent. An owned region's bytes can still be taken with
+    /// [`contents`](Self::contents).
     pub fn deregister(&self) {
+        self.pins.fetch_or(DEREGISTERED, Ordering::AcqRel);
+        // Copies in progress are bounded (one packet, no lock held while waiting for us),
+        // so this wait is short; a copy that pins after the bit was set gives up at once.
+        while self.pins.load(Ordering::Acquire) & !DEREGISTERED != 0 {
+            std::thread::yield_now();
+        }
         let dev = self.pd.device();
         if dev.res.lock().mrs.remove(self.lkey, self.rkey) {
             dev.release(Resource::Mr);
             self.pd.remove_user();
         }
+    }
+
+    /// Whether the region is still registered (not yet [`deregister`](Self::deregister)ed).
+    pub fn is_registered(&self) -> bool {
+        self.pins.load(Ordering::Acquire) & DEREGISTERED == 0
+    }
+
+    /// Pins the region for one copy, or `None` once it is deregistered.
+    fn pin(&self) -> Option<Pin<'_>> {
+        let old = self.pins.fetch_add(1, Ordering::Acquire);
+        let pin = Pin(&self.pins);
+        (old & DEREGISTERED == 0).then_some(pin)
+    }
+
+    /// [`pin`](Self::pin), as the local copies' error.
+    fn pin_local(&self) -> Result<Pin<'_>> {
+        self.pin().ok_or(Error::Deregistered { lkey: self.lkey })
     }
 
     /// The local key (L_Key): names the region in local scatter/gather entries.
@@ -315,6 +382,7 @@ impl MemoryRegion {
                 granted: self.access,
             });
         }
+        // The region's end fits in 64 bits (checked at registration); the range's may not.
         let end = va.checked_add(len);
         if va < self.addr || end.is_none_or(|e| e > self.addr + self.len) {
             return Err(AccessFault::OutOfBounds {
@@ -340,9 +408,17 @@ impl MemoryRegion {
 
     /// Copies bytes at `offset` (from the region start) into `out`.
     ///
-    /// Errors: [`Error::OutOfBounds`] when `offset + out.len()` exceeds the region.
+    /// Errors: [`Error::OutOfBounds`] when `offset + out.len()` exceeds the region;
+    /// [`Error::Deregistered`] once the region is deregistered.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check_offset(offset, out.len())?;
+        let _pin = self.pin_local()?;
+        self.read_pinned(offset, out)
+    }
+
+    /// [`read`](Self::read), checked and pinned by the caller (or owned storage, which stays
+    /// valid as long as `self`).
+    fn read_pinned(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         match &self.storage {
             Storage::Owned(words) => {
                 read_words(words, offset as usize, out);
@@ -354,9 +430,11 @@ impl MemoryRegion {
 
     /// Copies `data` into the region at `offset` (from the region start).
     ///
-    /// Errors: [`Error::OutOfBounds`] when `offset + data.len()` exceeds the region.
+    /// Errors: [`Error::OutOfBounds`] when `offset + data.len()` exceeds the region;
+    /// [`Error::Deregistered`] once the region is deregistered.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_offset(offset, data.len())?;
+        let _pin = self.pin_local()?;
         match &self.storage {
             Storage::Owned(words) => {
                 write_words(words, offset as usize, data);
@@ -466,11 +544,24 @@ impl MemoryRegion {
         Ok(())
     }
 
-    /// The whole contents, copied out.
+    /// The whole contents, copied out. After deregistration an owned region still gives
+    /// its bytes; a raw one (the caller's memory, possibly freed) gives an empty vector.
     pub fn contents(&self) -> Vec<u8> {
+        let _pin = match (&self.storage, self.pin()) {
+            (_, Some(pin)) => Some(pin),
+            (Storage::Owned(_), None) => None,
+            (Storage::Raw, None) => return Vec::new(),
+        };
         let mut v = vec![0; self.len as usize];
-        self.read(0, &mut v).expect("whole region is in bounds");
+        self.read_pinned(0, &mut v)
+            .expect("whole region is in bounds");
         v
+    }
+
+    /// [`pin`](Self::pin), as the transport's fault: a deregistered region's R_Key is
+    /// invalid (IBTA §10.6.3.2).
+    fn pin_remote(&self) -> Result<Pin<'_>, AccessFault> {
+        self.pin().ok_or(AccessFault::InvalidKey { key: self.rkey })
     }
 
     fn atomic_word(&self, va: u64) -> Result<&AtomicU64, AccessFault> {
@@ -490,7 +581,11 @@ impl MemoryRegion {
 
     /// IBTA §9.4.5 CmpSwap on the 8-byte word at virtual address `va`: if it equals
     /// `compare`, writes `swap`. Returns the original value. Host byte order.
+    ///
+    /// Errors: [`AccessFault::Misaligned`], [`AccessFault::OutOfBounds`], and
+    /// [`AccessFault::InvalidKey`] (the R_Key) once the region is deregistered.
     pub fn compare_and_swap(&self, va: u64, compare: u64, swap: u64) -> Result<u64, AccessFault> {
+        let _pin = self.pin_remote()?;
         let w = self.atomic_word(va)?;
         Ok(
             match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
@@ -500,7 +595,9 @@ impl MemoryRegion {
     }
 
     /// IBTA §9.4.5 FetchAdd on the 8-byte word at `va`, wrapping. Returns the original value.
+    /// Errors as [`compare_and_swap`](Self::compare_and_swap).
     pub fn fetch_add(&self, va: u64, add: u64) -> Result<u64, AccessFault> {
+        let _pin = self.pin_remote()?;
         Ok(self.atomic_word(va)?.fetch_add(add, Ordering::AcqRel))
     }
 }
@@ -833,6 +930,43 @@ mod tests {
                 Err(AccessFault::InvalidKey { .. })
             ))
         });
+        assert!(pd.check_unused().is_ok());
+    }
+
+    #[test]
+    fn deregistration_waits_for_a_copy_in_progress_then_nothing_touches_the_memory() {
+        let pd = pd();
+        let mut buf = vec![0u8; 64];
+        // SAFETY: `buf` outlives the region's use below (deregister returns before it is
+        // dropped) and is not touched by this thread meanwhile.
+        let mr = unsafe { MemoryRegion::register_raw(&pd, buf.as_mut_ptr(), 64, 1 | 8) }.unwrap();
+        let copy = mr.pin().expect("a live region pins");
+        let mr2 = mr.clone();
+        let dereg = std::thread::spawn(move || mr2.deregister());
+        // Wait (on the region's state, not a clock) until deregistration has begun.
+        while mr.is_registered() {
+            std::thread::yield_now();
+        }
+        assert!(!dereg.is_finished(), "deregistration waits for the copy");
+        assert!(mr.pin().is_none(), "no new copy starts");
+        assert!(matches!(
+            mr.write(0, &[1]),
+            Err(Error::Deregistered { lkey }) if lkey == mr.lkey()
+        ));
+        assert_eq!(
+            mr.fetch_add(mr.addr() + 8, 1),
+            Err(AccessFault::InvalidKey { key: mr.rkey() })
+        );
+        drop(copy);
+        dereg.join().unwrap();
+        assert!(
+            mr.contents().is_empty(),
+            "a raw region's memory is the caller's again"
+        );
+        let mut out = [0u8; 4];
+        assert!(mr.read(0, &mut out).is_err());
+        drop(mr);
+        assert_eq!(buf, vec![0u8; 64]);
         assert!(pd.check_unused().is_ok());
     }
 }

@@ -129,6 +129,18 @@ impl SendOp {
         )
     }
 
+    /// The remote address of an RDMA READ, WRITE or atomic, or `None` for the sends.
+    pub fn remote_addr(&self) -> Option<u64> {
+        match *self {
+            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => None,
+            SendOp::RdmaWrite { remote_addr, .. }
+            | SendOp::RdmaWriteWithImm { remote_addr, .. }
+            | SendOp::RdmaRead { remote_addr, .. }
+            | SendOp::AtomicCmpAndSwp { remote_addr, .. }
+            | SendOp::AtomicFetchAndAdd { remote_addr, .. } => Some(remote_addr),
+        }
+    }
+
     /// Whether QPs of type `ty` can carry the operation (IBTA §9.8.3, the operations of each service, and
     /// `ibv_post_send(3)`): UD only SENDs; UC SENDs and WRITEs; RC everything.
     pub fn supported_by(&self, ty: QpType) -> bool {
@@ -170,6 +182,14 @@ pub struct SendWr {
     pub flags: SendFlags,
     /// UD destination; required on UD QPs, ignored on others.
     pub ud: Option<UdDest>,
+    /// With [`SendFlags::INLINE`]: the bytes to send, given directly. The SGEs are then
+    /// not used and no L_Key is checked (`ibv_post_send(3)`: with `IBV_SEND_INLINE` "the
+    /// L_Key will not be checked"); the bytes are taken at post time. This is how the safe
+    /// API sends inline data that is in no region; the C ABI fills it from the SGEs'
+    /// addresses. `None` with INLINE: the bytes are copied at post time from the SGEs,
+    /// each through the region its L_Key names (the only way safe Rust reaches memory).
+    /// Refused without INLINE ([`WrError::InlineDataWithoutFlag`]).
+    pub inline_data: Option<Vec<u8>>,
 }
 
 impl SendWr {
@@ -181,12 +201,27 @@ impl SendWr {
             op,
             flags: SendFlags::SIGNALED,
             ud: None,
+            inline_data: None,
         }
     }
 
-    /// Total bytes of the scatter/gather list.
+    /// A signaled INLINE SEND-class WR of `op` carrying `data` (see
+    /// [`SendWr::inline_data`]): no region is needed.
+    pub fn inline(wr_id: u64, op: SendOp, data: Vec<u8>) -> SendWr {
+        SendWr {
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            inline_data: Some(data),
+            ..SendWr::new(wr_id, op, Vec::new())
+        }
+    }
+
+    /// Total bytes of the message: of [`SendWr::inline_data`] when it is used, else of the
+    /// scatter/gather list.
     pub fn total_len(&self) -> u64 {
-        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        match &self.inline_data {
+            Some(d) if self.flags.contains(SendFlags::INLINE) => d.len() as u64,
+            _ => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        }
     }
 }
 
@@ -258,6 +293,18 @@ pub enum WrError {
         /// Limit.
         max: u32,
     },
+    /// [`SendWr::inline_data`] given without [`SendFlags::INLINE`].
+    #[error("inline_data is only used with SendFlags::INLINE; set the flag or give SGEs")]
+    InlineDataWithoutFlag,
+    /// An INLINE WR's SGE names no region the bytes can be copied from (safe Rust reaches
+    /// memory only through a region; C programs' SGE addresses are read directly).
+    #[error("inline scatter/gather entry {sge}: {fault}; name a region by its L_Key, or give the bytes in SendWr::inline_data")]
+    InlineSge {
+        /// Index of the SGE in the WR.
+        sge: usize,
+        /// Why the SGE could not be read.
+        fault: AccessFault,
+    },
     /// INLINE with an operation that receives data (READ, atomics).
     #[error("INLINE is only valid for SEND and RDMA WRITE operations")]
     InlineNotAllowed,
@@ -276,6 +323,17 @@ pub enum WrError {
         len: u64,
         /// Limit.
         max: u64,
+    },
+    /// The remote range of an RDMA READ, WRITE or atomic runs past the top of the 64-bit
+    /// address space (`remote_addr + length - 1` overflows): no region can contain it
+    /// (rxe's responder refuses such a range with a Remote Access Error; uroce refuses it at
+    /// post time, so that no packet ever names a wrapped address).
+    #[error("remote range {remote_addr:#x}+{len} runs past the top of the 64-bit address space")]
+    RemoteRangeWraps {
+        /// The WR's remote address.
+        remote_addr: u64,
+        /// Bytes.
+        len: u64,
     },
     /// A scatter/gather entry failed its L_Key check (IBTA §10.6.3.1).
     #[error("scatter/gather entry {sge}: {fault}")]

@@ -603,3 +603,77 @@ fn a_source_port_held_by_another_socket_falls_back_to_4791_with_a_good_icrc() {
     assert_eq!(icrc, RxIcrc::Verified(IcrcVerdict::Ok));
     assert_eq!(ea.stats().udp.icrc_rewrites, 1);
 }
+
+/// `Progress::Shared`: while the application calls, its calls move the packets and the
+/// thread sleeps without watching the socket (no hand-off); the thread takes over when the
+/// application says it will block, or when it stopped calling.
+#[test]
+fn shared_progress_runs_in_the_callers_thread_and_the_engine_covers_when_it_stops() {
+    use uroce_provider::backend::Driver;
+    let (a, ea) = engine_on(
+        "127.11.10.1",
+        UdpConfig::default(),
+        Progress::Shared {
+            idle_after: Duration::from_secs(3600),
+        },
+    );
+    let (b, eb) = engine_on("127.11.10.2", UdpConfig::default(), thread());
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    let port = uroce_provider::qp_src_port(3);
+    let (src_a, src_b) = (
+        SocketAddr::new(pa.ip(), port),
+        SocketAddr::new(pb.ip(), port),
+    );
+    // The caller starts calling: the thread covers for it.
+    Driver::progress(&ea);
+    wait_until("A's thread to cover for the caller", || {
+        ea.stats().covers > 0
+    });
+    // While it covers, the waker never writes the eventfd: the caller's own calls send.
+    let wakeups = ea.stats().wakeups;
+    for _ in 0..10 {
+        a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+        Driver::progress(&ea);
+    }
+    assert_eq!(
+        ea.stats().wakeups,
+        wakeups,
+        "no eventfd write while covering"
+    );
+    assert!(ea.stats().app_passes > 0);
+    b.wait_for(10);
+    // What arrives meanwhile is received by the caller's next call.
+    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+    wait_until("A's caller to receive", || {
+        Driver::progress(&ea);
+        !a.got.lock().is_empty()
+    });
+    // The caller is about to block: the thread takes over at once (idle_after is an hour)
+    // and receives while nobody calls.
+    Driver::idle(&ea);
+    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+    a.wait_for(2);
+
+    // Without an idle() the thread takes over once the caller has been quiet idle_after;
+    // timers fire then too.
+    let (c, ec) = engine_on(
+        "127.11.10.3",
+        UdpConfig::default(),
+        Progress::Shared {
+            idle_after: Duration::from_millis(20),
+        },
+    );
+    let pc = ec.local_addr();
+    b.queue(pc.ip(), port, roce_packet(src_b, pc, 5, 16, 0));
+    Driver::progress(&ec);
+    b.queue(pc.ip(), port, roce_packet(src_b, pc, 5, 16, 0));
+    c.wait_for(2);
+    *c.timer.lock() = Some(ec.now() + Duration::from_millis(1));
+    c.queue(
+        pb.ip(),
+        port,
+        roce_packet(SocketAddr::new(pc.ip(), port), pb, 5, 16, 0),
+    );
+    wait_until("C's timer to fire", || !c.fired.lock().is_empty());
+    b.wait_for(11);
+}

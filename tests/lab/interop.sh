@@ -199,6 +199,22 @@ pp() {
     done
 }
 
+# pingpong with the defaults a user types (no -s, -m, -n): each program's own defaults
+# must agree with uroce's (ibv_ud_pingpong's code uses 1024-byte messages, not the 2048 its
+# help text names). ppdef TYPE
+ppdef() {
+    local ty=$1 prog ua role
+    case $ty in
+        rc) prog=ibv_rc_pingpong ua="--qp-type rc" ;;
+        uc) prog=ibv_uc_pingpong ua="--qp-type uc" ;;
+        ud) prog=ibv_ud_pingpong ua="--qp-type ud" ;;
+        srq) prog=ibv_srq_pingpong ua="--srq" ;;
+    esac
+    for role in server client; do
+        run "v4-defaults-$ty-$role" $role pp v4 "pingpong $ua" "$prog -d rxe0 -g @G"
+    done
+}
+
 # perf PREFIX NET TEST SIZE MTU ITERS [EXTRA]
 perf() {
     local pre=$1 net=$2 t=$3 sz=$4 mtu=$5 n=$6 x=${7:-} kind role szu szg
@@ -245,6 +261,9 @@ done
 # perftest's -q (QPs per side) and -a (every size 2 B .. 8 MiB)
 for t in write_bw read_bw send_bw; do perf v4 v4 $t 65536 1024 50 "-q 2"; done
 for t in write_bw read_bw send_bw write_lat send_lat read_lat; do perf v4 v4 $t 1 4096 5 "-a"; done
+
+# --- the defaults a user types ----------------------------------------------------------
+for ty in rc uc ud srq; do ppdef $ty; done
 
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------

@@ -19,14 +19,13 @@ use uroce_wire::{
     RoceRepr,
 };
 
-/// The rxe reference captures: `$UROCE_CAPTURES`, or `../shared/rxe-lab/captures` beside
-/// the repository. Panics with a message saying so when neither exists.
+/// The rxe reference captures: `$UROCE_CAPTURES`, or the repository's copy of rxe-lab's
+/// captures in `tests/captures/rxe/` (so the tests need no `../shared`). Panics with a
+/// message saying so when neither exists.
 pub fn captures_dir() -> PathBuf {
     let dir = std::env::var_os("UROCE_CAPTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/captures")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rxe"));
     assert!(
         dir.join("INDEX.md").exists(),
         "rxe captures not found at {} (set UROCE_CAPTURES)",

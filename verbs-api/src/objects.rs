@@ -137,18 +137,41 @@ impl Device {
 /// uses: unset, empty or `udp` gives the UDP backend ([`p::backend::udp::UdpBackend`],
 /// no privilege needed); `raw` the raw-frame backend ([`p::backend::raw::RawBackend`],
 /// needs `CAP_NET_RAW` and an address on a non-loopback Ethernet interface). Both with
-/// default options. Any other value is a [`VerbsError::Backend`] that says what is
+/// default options but the progress mode, which `UROCE_PROGRESS` gives
+/// ([`progress_from_env`]). Any other value is a [`VerbsError::Backend`] that says what is
 /// allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
+    let engine = p::engine::EngineConfig {
+        progress: progress_from_env()?,
+        ..Default::default()
+    };
     match v.trim().to_ascii_lowercase().as_str() {
-        "" | "udp" => Ok(Box::new(p::backend::udp::UdpBackend::default())),
-        "raw" => Ok(Box::new(p::backend::raw::RawBackend::default())),
+        "" | "udp" => Ok(Box::new(p::backend::udp::UdpBackend {
+            engine,
+            ..Default::default()
+        })),
+        "raw" => Ok(Box::new(p::backend::raw::RawBackend {
+            engine,
+            ..Default::default()
+        })),
         _ => Err(p::backend::BackendError::Config(
             "UROCE_BACKEND must be `udp` (the default) or `raw` (needs CAP_NET_RAW)",
         )
         .into()),
     }
+}
+
+/// Who makes progress, from `UROCE_PROGRESS`: unset, empty or `shared` gives
+/// [`Progress::Shared`](p::engine::Progress::Shared) (the application's polling moves the
+/// packets, the engine's thread covers for it when it stops; the default), `thread` a thread
+/// that does all of it, `polled` no thread at all. Anything else is a
+/// [`VerbsError::Backend`] that lists them.
+pub fn progress_from_env() -> Result<p::engine::Progress> {
+    std::env::var("UROCE_PROGRESS")
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| p::backend::BackendError::Config(e).into())
 }
 
 /// A seed from the operating system's random source.
@@ -161,10 +184,18 @@ fn os_seed() -> Result<u64> {
     Ok(u64::from_ne_bytes(seed))
 }
 
-/// Makes progress on a polled-mode device (no-op for a threaded engine or no driver).
+/// Makes progress in the caller's thread where the device's driver wants it (polled and
+/// shared progress; no-op for a threaded engine or no driver).
 fn progress(driver: &Option<Arc<dyn Driver>>) {
     if let Some(d) = driver {
         d.progress();
+    }
+}
+
+/// Tells the driver that the caller is about to block ([`Driver::idle`]).
+fn idle(driver: &Option<Arc<dyn Driver>>) {
+    if let Some(d) = driver {
+        d.idle();
     }
 }
 
@@ -208,6 +239,14 @@ impl Context {
         self.inner.driver.as_ref()
     }
 
+    /// Says that the calling thread is about to sleep or stop polling for a while (not
+    /// needed before [`CompChannel::get_cq_event`] and [`Context::get_async_event`], which
+    /// say it themselves). With shared progress (the default, see [`progress_from_env`]) the
+    /// device's engine thread then takes over at once instead of after its idle period.
+    pub fn idle(&self) {
+        idle(&self.inner.driver)
+    }
+
     /// Makes what progress is possible now: needed only for a device opened in polled
     /// mode ([`p::engine::Progress::Polled`]), where [`Cq::poll`] and [`Qp::post_send`]
     /// also call it; a no-op otherwise.
@@ -245,6 +284,7 @@ impl Context {
                 fd: EventFd::new()?,
                 queue: Mutex::new(VecDeque::new()),
                 users: AtomicUsize::new(0),
+                driver: self.inner.driver.clone(),
             }),
         })
     }
@@ -283,6 +323,7 @@ impl Context {
             if let Some(ev) = self.try_get_async_event() {
                 return Ok(ev);
             }
+            idle(&self.inner.driver);
             self.inner.async_fd.wait(-1)?;
         }
     }
@@ -351,7 +392,8 @@ impl Pd {
     ///
     /// See [`p::mr::MemoryRegion::register_raw`]: `ptr..ptr+len` must stay valid for
     /// reads and writes, and be accessed by others only in ways that do not race with
-    /// atomic accesses, until the region and every clone of it are dropped.
+    /// atomic accesses, until [`Mr::dereg`] returns (or the region and every clone of it
+    /// are dropped); after that uroce never touches it again and the caller may free it.
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: u32) -> Result<Mr> {
         // SAFETY: forwarded to the caller.
         Ok(Mr {
@@ -466,8 +508,11 @@ impl Mr {
         self.inner.fill(offset, len, byte)
     }
 
-    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys stop working at once, and
-    /// its bytes are returned.
+    /// Deregisters the region (`ibv_dereg_mr(3)`): its keys stop working at once, copies
+    /// in progress are waited for, and nothing touches its memory afterwards (every clone's
+    /// `read`/`write` fails with [`VerbsError::Deregistered`]). The bytes of a region uroce
+    /// allocated are returned; a [`Pd::reg_mr_raw`] region returns none (they are in the
+    /// caller's memory).
     pub fn dereg(self) -> Vec<u8> {
         self.inner.deregister();
         self.inner.contents()
@@ -526,6 +571,11 @@ impl Cq {
         self.inner.cq.poll_one()
     }
 
+    /// As [`Context::idle`], for the CQ's device.
+    pub fn idle(&self) {
+        idle(&self.inner.driver)
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq(3)`): the next completion (with
     /// `solicited_only`: the next solicited or unsuccessful one) sends one event to the
     /// completion channel.
@@ -565,6 +615,8 @@ struct ChannelInner {
     fd: EventFd,
     queue: Mutex<VecDeque<Arc<CqShared>>>,
     users: AtomicUsize,
+    /// The device's driver, told before a blocking wait ([`Driver::idle`]).
+    driver: Option<Arc<dyn Driver>>,
 }
 
 struct ChannelHook {
@@ -599,6 +651,7 @@ impl CompChannel {
             if let Some(cq) = self.try_get_cq_event() {
                 return Ok(cq);
             }
+            idle(&self.inner.driver);
             self.inner.fd.wait(-1)?;
         }
     }

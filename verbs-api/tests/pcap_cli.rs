@@ -13,9 +13,7 @@ use pcap_file::DataLink;
 fn captures() -> PathBuf {
     let dir = std::env::var_os("UROCE_CAPTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/captures")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rxe"));
     assert!(
         dir.is_dir(),
         "rxe captures not found at {} (set UROCE_CAPTURES)",

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+
 const DEADLINE: Duration = Duration::from_secs(90);
 
 fn uroce() -> Command {
@@ -620,7 +623,13 @@ fn pingpong_exchange_is_accepted_by_the_rxe_lab_peer() {
     let tool =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/tools/pp_peer.py");
     if !tool.exists() || Command::new("python3").arg("-V").output().is_err() {
-        println!("skipped: {} or python3 missing", tool.display());
+        skip::skipped(
+            "tools_cli::pingpong_exchange_is_accepted_by_the_rxe_lab_peer",
+            &format!(
+                "{} or python3 missing (no ../shared beside the repository)",
+                tool.display()
+            ),
+        );
         return;
     }
     let peer = Command::new("python3")

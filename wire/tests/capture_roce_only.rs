@@ -1,5 +1,5 @@
 //! Sanity check of the transport-header layer against real Linux rxe captures
-//! (shared/rxe-lab/captures, see its INDEX.md): every UDP/4791 payload must pass
+//! (rxe-lab's captures, copied to tests/captures/rxe; see its INDEX.md): every UDP/4791 payload must pass
 //! `RocePacket::new_checked` and `RoceRepr::parse`, and re-emitting the Repr with the
 //! original payload must reproduce the bytes up to (not including) the ICRC.
 //! Frame parsing here is deliberately minimal (Ethernet, IPv4 with IHL, UDP); the framing
@@ -17,7 +17,7 @@ use uroce_wire::Mtu;
 fn captures_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("UROCE_CAPTURES") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/captures"),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rxe"),
     };
     dir.is_dir().then_some(dir)
 }
@@ -46,7 +46,7 @@ fn roce_payload(frame: &[u8]) -> Option<&[u8]> {
 /// Checks one capture taken at path MTU `mtu` (INDEX.md); returns the number of RoCE packets per opcode.
 fn check_capture(name: &str, mtu: Mtu) -> BTreeMap<u8, usize> {
     let Some(dir) = captures_dir() else {
-        panic!("captures not found: set UROCE_CAPTURES or check out shared/ beside the repo");
+        panic!("captures not found: set UROCE_CAPTURES (the repository keeps a copy in tests/captures/rxe)");
     };
     let file = File::open(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut reader = PcapReader::new(file).unwrap_or_else(|e| panic!("{name}: {e}"));

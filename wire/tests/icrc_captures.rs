@@ -1,11 +1,15 @@
 //! The frame parser, emitter and ICRC against the real Linux rxe captures of rxe-lab
 //! (`rxe-lab/captures/*.pcap`, classic pcap, Ethernet, no FCS; IBTA vol. 1 annex A17.4).
 //!
-//! The captures are looked up in `$UROCE_CAPTURES`, else `../../shared/rxe-lab/captures`
-//! relative to this crate. When neither exists the capture tests fail, saying so.
+//! The captures are looked up in `$UROCE_CAPTURES`, else in the repository's copy of
+//! rxe-lab's captures, `tests/captures/rxe/`. When neither exists the capture tests fail,
+//! saying so.
 //! Not built under `cfg(fuzzing)`, where every ICRC verifies.
 
 #![cfg(not(fuzzing))]
+
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -32,11 +36,11 @@ struct Capture {
 fn captures_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("UROCE_CAPTURES") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/captures"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rxe"),
     };
     assert!(
         dir.is_dir(),
-        "no capture directory at {}: set UROCE_CAPTURES or check out shared/ beside the repo",
+        "no capture directory at {}: set UROCE_CAPTURES (the repository keeps a copy in tests/captures/rxe)",
         dir.display()
     );
     Some(dir)
@@ -519,10 +523,18 @@ fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     }
 }
 
+/// rxe-lab's own ICRC checker (`../shared/rxe-lab/tools/icrc.py`) on `path`: its summary
+/// line, or `None` (the skip recorded) when the lab folder or python3 is missing.
 fn run_icrc_py(path: &Path) -> Option<String> {
     let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/rxe-lab/tools/icrc.py");
     if !tool.is_file() {
-        eprintln!("NOTE: {} not found: cross-check skipped", tool.display());
+        skip::skipped(
+            "icrc_captures: cross-check with rxe-lab's icrc.py",
+            &format!(
+                "{} not found (no ../shared beside the repository)",
+                tool.display()
+            ),
+        );
         return None;
     }
     match std::process::Command::new("python3")
@@ -532,7 +544,10 @@ fn run_icrc_py(path: &Path) -> Option<String> {
     {
         Ok(out) => Some(String::from_utf8_lossy(&out.stdout).trim().to_owned()),
         Err(e) => {
-            eprintln!("NOTE: cannot run python3 ({e}): cross-check skipped");
+            skip::skipped(
+                "icrc_captures: cross-check with rxe-lab's icrc.py",
+                &format!("cannot run python3: {e}"),
+            );
             None
         }
     }

@@ -209,6 +209,11 @@ pub trait Driver: Send + Sync + fmt::Debug {
     fn progress(&self);
     /// True when the driver has its own thread (so `progress` need not be called).
     fn is_threaded(&self) -> bool;
+    /// The application is about to block (a blocking `get_cq_event` or
+    /// `get_async_event`) and will make no progress until it wakes: a driver whose thread
+    /// covers for a polling application ([`crate::engine::Progress::Shared`]) takes over
+    /// now instead of after its idle period. Default: nothing.
+    fn idle(&self) {}
 }
 
 /// A device just opened on a backend, with what drives it.

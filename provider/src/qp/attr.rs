@@ -69,7 +69,11 @@ pub struct QpAttr {
     pub sq_draining: bool,
     /// Outstanding READ/atomic requests as requester (`MAX_QP_RD_ATOMIC`).
     pub max_rd_atomic: u8,
-    /// Outstanding READ/atomic requests as responder (`MAX_DEST_RD_ATOMIC`).
+    /// Outstanding READ/atomic requests as responder (`MAX_DEST_RD_ATOMIC`): the
+    /// responder resources granted to the peer (IBTA §9.4.4). A new READ or atomic that
+    /// arrives while this many are still being answered, or any with 0, is refused with NAK
+    /// Invalid Request and never executed, as rxe does with 0 (some hardware rounds 0 up to
+    /// 1; uroce does not).
     pub max_dest_rd_atomic: u8,
     /// RNR NAK timer code, 0..=31 (`MIN_RNR_TIMER`, IBTA table 45).
     pub min_rnr_timer: u8,

@@ -8,7 +8,7 @@ use crate::cq::CompletionQueue;
 use crate::device::{Device, MAX_MSG_SIZE};
 use crate::error::{Error, Resource, Result};
 use crate::event::AsyncEvent;
-use crate::mr::AccessFlags;
+use crate::mr::{AccessFault, AccessFlags};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
@@ -309,8 +309,11 @@ impl QueuePair {
     /// Side effects: entering ERR completes every outstanding WR with `WR_FLUSH_ERR`, in
     /// order, unsignaled sends included (IBTA §10.3.1, C10-42); entering RESET empties
     /// both queues without completions and resets the attributes (IBTA §10.3.1.1);
-    /// entering SQD with `EN_SQD_ASYNC_NOTIFY` raises `SQ_DRAINED` once the send queue is
-    /// drained (immediately, as nothing is in flight before the transport runs).
+    /// entering SQD stops the QP from starting new WRs at once, and with
+    /// `EN_SQD_ASYNC_NOTIFY` raises `SQ_DRAINED` when every message already started has
+    /// completed (IBTA §10.3.1 and §11.6.3: "drained of outstanding messages"; at once when
+    /// none is outstanding). Until then [`QpAttr::sq_draining`] is true; leaving SQD for RTS
+    /// or ERR before that stops the drain without the event.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
         let mut inner = self.inner.lock();
         let cur = inner.attr.qp_state;
@@ -364,13 +367,11 @@ impl QueuePair {
                 inner.ud = Default::default();
             }
             QpState::Err => self.enter_error_locked(&mut inner, cur),
-            QpState::Sqd if cur != QpState::Sqd && inner.attr.en_sqd_async_notify => {
-                self.pd
-                    .device()
-                    .events()
-                    .push(AsyncEvent::SqDrained { qpn: self.qpn });
-            }
+            QpState::Sqd if cur != QpState::Sqd => inner.attr.sq_draining = true,
             _ => {}
+        }
+        if next != QpState::Sqd {
+            inner.attr.sq_draining = false;
         }
         let wake = self.sync_datapath(&mut inner, true);
         drop(inner);
@@ -379,6 +380,31 @@ impl QueuePair {
             self.pd.device().datapath().wake();
         }
         Ok(())
+    }
+
+    /// In SQD, ends the drain once no message that was started is outstanding, raising
+    /// `SQ_DRAINED` if `EN_SQD_ASYNC_NOTIFY` asked for it (IBTA §11.6.3.1). Called after
+    /// everything that can complete a message: modify, a packet, a timer, a transmit.
+    pub(crate) fn note_sq_drained(&self, inner: &mut QpInner) {
+        if inner.attr.qp_state != QpState::Sqd || !inner.attr.sq_draining {
+            return;
+        }
+        let outstanding = match self.qp_type {
+            QpType::Rc => inner.rc.req.outstanding(),
+            // A UC message is done when its last packet is sent; UD sends are one packet.
+            QpType::Uc => inner.uc.req.pkt > 0,
+            QpType::Ud => false,
+        };
+        if outstanding {
+            return;
+        }
+        inner.attr.sq_draining = false;
+        if inner.attr.en_sqd_async_notify {
+            self.pd
+                .device()
+                .events()
+                .push(AsyncEvent::SqDrained { qpn: self.qpn });
+        }
     }
 
     /// Puts the QP in ERR with the lock held: flushes both queues in order and raises
@@ -409,26 +435,33 @@ impl QueuePair {
         })
     }
 
-    fn read_inline(&self, sges: &[Sge]) -> Vec<u8> {
+    /// The bytes of an INLINE WR without [`SendWr::inline_data`], copied now from the
+    /// regions the SGEs' L_Keys name (bounds checked, not rights: IBTA and
+    /// `ibv_post_send(3)` take inline data as the caller's own memory). A region
+    /// deregistered meanwhile is refused like an unknown key.
+    fn read_inline(&self, sges: &[Sge]) -> Result<Vec<u8>, WrError> {
         let mut data = Vec::new();
-        self.pd.device().with_mrs(|t| {
-            for s in sges.iter().filter(|s| s.length > 0) {
-                let mr = t
-                    .check_lkey(
+        for (i, s) in sges.iter().enumerate().filter(|(_, s)| s.length > 0) {
+            let fault = |fault| WrError::InlineSge { sge: i, fault };
+            let mr = self
+                .pd
+                .device()
+                .with_mrs(|t| {
+                    t.check_lkey(
                         self.pd.id(),
                         s.lkey,
                         s.addr,
                         s.length.into(),
                         AccessFlags::empty(),
                     )
-                    .expect("checked before");
-                let start = data.len();
-                data.resize(start + s.length as usize, 0);
-                mr.read(s.addr - mr.addr(), &mut data[start..])
-                    .expect("checked before");
-            }
-        });
-        data
+                })
+                .map_err(fault)?;
+            let start = data.len();
+            data.resize(start + s.length as usize, 0);
+            mr.read(s.addr - mr.addr(), &mut data[start..])
+                .map_err(|_| fault(AccessFault::InvalidKey { key: s.lkey }))?;
+        }
+        Ok(data)
     }
 
     fn validate_send(
@@ -486,8 +519,15 @@ impl QueuePair {
                 num: wr.sg_list.len(),
             });
         }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline {
+        // A remote range whose last byte lies past 2^64 can name no region; refusing it
+        // here keeps every address the requester computes from it (segment and retry
+        // offsets, IBTA §9.7.4.1.3) in range.
+        if let Some(remote_addr) = wr.op.remote_addr() {
+            if len > 0 && remote_addr.checked_add(len - 1).is_none() {
+                return Err(WrError::RemoteRangeWraps { remote_addr, len });
+            }
+        }
+        if wr.flags.contains(SendFlags::INLINE) {
             if wr.op.writes_locally() {
                 return Err(WrError::InlineNotAllowed);
             }
@@ -497,6 +537,15 @@ impl QueuePair {
                     max: self.cap.max_inline_data,
                 });
             }
+            // ibv_post_send(3): with IBV_SEND_INLINE the L_Key is not checked; the bytes
+            // are taken now.
+            return match &wr.inline_data {
+                Some(d) => Ok(Some(d.clone())),
+                None => self.read_inline(&wr.sg_list).map(Some),
+            };
+        }
+        if wr.inline_data.is_some() {
+            return Err(WrError::InlineDataWithoutFlag);
         }
         let needed = if wr.op.writes_locally() {
             AccessFlags::LOCAL_WRITE
@@ -504,7 +553,7 @@ impl QueuePair {
             AccessFlags::empty()
         };
         self.check_sges(&wr.sg_list, needed)?;
-        Ok(inline.then(|| self.read_inline(&wr.sg_list)))
+        Ok(None)
     }
 
     /// Posts a chain of send WRs (`ibv_post_send(3)`). Each WR is checked; on the first

@@ -172,6 +172,7 @@ impl QueuePair {
     /// fires. Returns true when the QP just became ready (the caller wakes the engine once
     /// the QP lock is released).
     pub(crate) fn sync_datapath(&self, inner: &mut QpInner, _wake: bool) -> bool {
+        self.note_sq_drained(inner);
         let dp = self.pd().device().datapath();
         dp.set_deadline(self.qpn(), inner.rc.timers.next_timeout());
         if self.has_work(inner) {
@@ -358,7 +359,6 @@ impl QueuePair {
         payload: &[u8],
         tally: &mut Counters,
     ) {
-        let dev = self.pd().device();
         let ctx = self.resp_ctx(&inner.attr);
         let mut acts = std::mem::take(&mut inner.rc.resp_actions);
         {
@@ -375,24 +375,34 @@ impl QueuePair {
                     self.push_wc(inner, &cq, wc, solicited);
                 }
                 RespAction::Fatal(e, wqe) => {
-                    self.count1(inner, Counter::ErrorNaksSent);
-                    if let Some(w) = wqe {
-                        match e.recv_status() {
-                            Some(status) => self.complete_recv_error(inner, &w, status),
-                            None => inner.rq.push_front(w),
-                        }
-                    }
-                    // IBTA §11.6.3.2: the responder's error is reported to its owner as an
-                    // affiliated asynchronous event, and the QP goes to ERR (§9.9.3.2).
-                    dev.events().push(e.event(self.qpn()));
-                    let cur = inner.attr.qp_state;
-                    self.enter_error_locked(inner, cur);
+                    self.responder_fatal(inner, e, wqe);
                     break;
                 }
             }
         }
         acts.clear();
         inner.rc.resp_actions = acts;
+    }
+
+    /// A responder failure whose NAK is queued: the receive WQE it was filling completes
+    /// with its status (or goes back to be flushed), the owner hears of it as an affiliated
+    /// asynchronous event (IBTA §11.6.3.2), and the QP goes to ERR (§9.9.3.2).
+    fn responder_fatal(
+        &self,
+        inner: &mut QpInner,
+        e: responder::RespError,
+        wqe: Option<crate::wr::RecvWqe>,
+    ) {
+        self.count1(inner, Counter::ErrorNaksSent);
+        if let Some(w) = wqe {
+            match e.recv_status() {
+                Some(status) => self.complete_recv_error(inner, &w, status),
+                None => inner.rq.push_front(w),
+            }
+        }
+        self.pd().device().events().push(e.event(self.qpn()));
+        let cur = inner.attr.qp_state;
+        self.enter_error_locked(inner, cur);
     }
 
     /// Applies the completer's actions in order (see [`Action`]).
@@ -491,6 +501,10 @@ impl QueuePair {
         {
             tally.add(what, 1);
             sent = Some(len);
+            if let Some(e) = inner.rc.resp.take_fatal() {
+                // The packet just built is that failure's NAK: it still goes out.
+                self.responder_fatal(inner, e, None);
+            }
         } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
             let ctx = self.req_ctx(&a, route);
             match inner.rc.req.poll_transmit(&ctx, &inner.sq, buf) {
@@ -519,6 +533,7 @@ impl QueuePair {
             tally.add(Counter::BytesSent, len as u64);
         }
         self.merge_counts(inner, &tally);
+        self.note_sq_drained(inner);
         let more = self.has_work(inner);
         self.pd()
             .device()
@@ -812,6 +827,7 @@ impl QueuePair {
             }
         };
         self.merge_counts(inner, &tally);
+        self.note_sq_drained(inner);
         (out, self.has_work(inner))
     }
 }

@@ -17,7 +17,8 @@ pub(crate) enum SgeError {
     Fault(AccessFault),
 }
 
-/// Calls `f(mr, offset_in_mr, range_in_data)` for each piece of `len` bytes starting at byte
+/// Calls `f(mr, offset_in_mr, range_in_data)` (a copy that fails only when the region was
+/// deregistered meanwhile) for each piece of `len` bytes starting at byte
 /// `offset` of the message described by `sges`.
 fn walk(
     dev: &Device,
@@ -26,7 +27,7 @@ fn walk(
     mut offset: u64,
     len: usize,
     needed: AccessFlags,
-    mut f: impl FnMut(&crate::mr::MemoryRegion, u64, std::ops::Range<usize>),
+    mut f: impl FnMut(&crate::mr::MemoryRegion, u64, std::ops::Range<usize>) -> crate::error::Result<()>,
 ) -> Result<(), SgeError> {
     let mut done = 0usize;
     for s in sges {
@@ -39,11 +40,24 @@ fn walk(
             continue;
         }
         let n = ((sl - offset) as usize).min(len - done);
-        let va = s.addr + offset;
+        // In range: post time checked the SGE's addr + length (a zero-length SGE was
+        // skipped above); checked anyway, so that no input can make this overflow.
+        let va = s
+            .addr
+            .checked_add(offset)
+            .ok_or(SgeError::Fault(AccessFault::OutOfBounds {
+                va: s.addr,
+                len: sl,
+                base: 0,
+                mr_len: 0,
+            }))?;
         let mr = dev
             .with_mrs(|t| t.check_lkey(pd, s.lkey, va, n as u64, needed))
             .map_err(SgeError::Fault)?;
-        f(&mr, va - mr.addr(), done..done + n);
+        // The region may be deregistered between the look-up and the copy: the copy then
+        // does nothing and the L_Key counts as invalid (IBTA §10.6.3.2).
+        f(&mr, va - mr.addr(), done..done + n)
+            .map_err(|_| SgeError::Fault(AccessFault::InvalidKey { key: s.lkey }))?;
         done += n;
         offset = 0;
     }
@@ -69,10 +83,8 @@ pub(crate) fn gather(
         offset,
         len,
         AccessFlags::empty(),
-        |mr, o, r| {
-            // In range: check_lkey verified the range inside the region.
-            let _ = mr.read(o, &mut out[r]);
-        },
+        // In range: check_lkey verified the range inside the region.
+        |mr, o, r| mr.read(o, &mut out[r]),
     )
 }
 
@@ -91,9 +103,7 @@ pub(crate) fn scatter(
         offset,
         data.len(),
         AccessFlags::LOCAL_WRITE,
-        |mr, o, r| {
-            let _ = mr.write(o, &data[r]);
-        },
+        |mr, o, r| mr.write(o, &data[r]),
     )
 }
 

@@ -5,7 +5,7 @@
 //! (NAK and ERR for RC, abandoning the message for UC) stays with the service.
 
 use super::packet::{scatter, sge_len, SgeError};
-use super::responder::RespCtx;
+use super::responder::{RespCtx, RespError};
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
 use crate::wc::{WcFlags, WcOpcode, WorkCompletion};
 use crate::wr::RecvWqe;
@@ -106,24 +106,28 @@ pub(crate) fn check_reth(
 /// `None` for a zero-length WRITE) and moves `*va` and `*remaining` past it. The packets
 /// must add up to the DMA length exactly (IBTA §9.7.4.2.3, length checks): a payload longer than
 /// what remains, or a last packet (`ends_message`) that leaves bytes missing, places
-/// nothing and returns false.
+/// nothing and is [`RespError::BadLength`]. A region deregistered since the First packet
+/// places nothing and is [`RespError::RemoteAccess`] (its R_Key is invalid now, IBTA
+/// §10.6.3.2).
 pub(crate) fn place_write(
     mr: Option<&MemoryRegion>,
     va: &mut u64,
     remaining: &mut u32,
     payload: &[u8],
     ends_message: bool,
-) -> bool {
+) -> Result<(), RespError> {
     let n = payload.len() as u32;
     if n > *remaining || (ends_message && n != *remaining) {
-        return false;
+        return Err(RespError::BadLength);
     }
     if n > 0 {
         if let Some(mr) = mr {
-            let _ = mr.write(*va - mr.addr(), payload);
+            // In range: the RETH's whole DMA length was checked at the First packet.
+            mr.write(*va - mr.addr(), payload)
+                .map_err(|_| RespError::RemoteAccess(AccessFault::InvalidKey { key: mr.rkey() }))?;
         }
     }
     *va += u64::from(n);
     *remaining -= n;
-    true
+    Ok(())
 }

@@ -367,7 +367,10 @@ impl Requester {
                 // rest only: the address and length advance by k MTUs, the PSN by k.
                 let off = (k * mtu).min(w.len);
                 repr.reth = Some(RethRepr {
-                    va: remote_addr + u64::from(off),
+                    // `off` < the length, and post_send refused any remote range whose
+                    // last byte lies past 2^64 (WrError::RemoteRangeWraps), so this never
+                    // wraps; wrapping_add keeps a panic out of reach regardless.
+                    va: remote_addr.wrapping_add(u64::from(off)),
                     r_key: rkey,
                     dma_len: w.len - off,
                 });

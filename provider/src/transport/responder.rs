@@ -50,6 +50,10 @@ pub enum RespError {
     RecvTooLong,
     /// A receive WQE whose L_Key or range is bad at execution time (§10.6.3.1).
     RecvProtection,
+    /// A new RDMA READ or atomic beyond the responder resources granted
+    /// (`max_dest_rd_atomic`, IBTA §9.4.4 and §9.7.5.1.5): as many earlier ones are still
+    /// being answered, or none were granted. Never executed.
+    TooManyRdAtomic,
 }
 
 impl RespError {
@@ -60,7 +64,8 @@ impl RespError {
             | RespError::Unsupported
             | RespError::BadLength
             | RespError::MisalignedAtomic
-            | RespError::RecvTooLong => NakCode::InvalidRequest,
+            | RespError::RecvTooLong
+            | RespError::TooManyRdAtomic => NakCode::InvalidRequest,
             RespError::RemoteAccess(_) => NakCode::RemoteAccessError,
             RespError::RecvProtection => NakCode::RemoteOperationalError,
         }
@@ -84,7 +89,8 @@ impl RespError {
             | RespError::Unsupported
             | RespError::BadLength
             | RespError::MisalignedAtomic
-            | RespError::RecvTooLong => AsyncEvent::QpReqErr { qpn },
+            | RespError::RecvTooLong
+            | RespError::TooManyRdAtomic => AsyncEvent::QpReqErr { qpn },
             RespError::RemoteAccess(_) => AsyncEvent::QpAccessErr { qpn },
             RespError::RecvProtection => AsyncEvent::QpFatal { qpn },
         }
@@ -126,7 +132,8 @@ enum Res {
     Atomic { psn: Psn, orig: u64, msn: u32 },
 }
 
-/// A response waiting to be sent, in order.
+/// A response waiting to be sent, in order. `replay` marks the answers to duplicate
+/// requests, which hold no responder resource of their own.
 #[derive(Debug)]
 enum Out {
     Ack {
@@ -142,12 +149,24 @@ enum Out {
         va: u64,
         len: u32,
         msn: u32,
+        replay: bool,
     },
     AtomicAck {
         psn: Psn,
         orig: u64,
         msn: u32,
+        replay: bool,
     },
+}
+
+impl Out {
+    /// Whether this answers a new READ or atomic that still holds a responder resource.
+    fn holds_resource(&self) -> bool {
+        matches!(
+            self,
+            Out::Read { replay: false, .. } | Out::AtomicAck { replay: false, .. }
+        )
+    }
 }
 
 /// What the responder needs to know about its QP.
@@ -187,6 +206,9 @@ pub(crate) struct Responder {
     nak_sent: bool,
     res: VecDeque<Res>,
     out: VecDeque<Out>,
+    /// A failure found while building a response (a READ whose region was deregistered
+    /// between its packets): its NAK is queued; the QP applies it with [`Self::take_fatal`].
+    fatal: Option<RespError>,
 }
 
 impl Responder {
@@ -238,6 +260,11 @@ impl Responder {
             }
         }
         self.out.push_back(Out::Ack { psn, syndrome, msn });
+    }
+
+    /// The failure a response packet ran into, once (see [`Self::fatal`]).
+    pub fn take_fatal(&mut self) -> Option<RespError> {
+        self.fatal.take()
     }
 
     fn remember(&mut self, r: Res, max: u8) {
@@ -321,9 +348,17 @@ impl Responder {
                 let Ok(mr) = check_reth(ctx, &reth, AccessFlags::REMOTE_READ) else {
                     return;
                 };
-                // A response of the same READ still queued is superseded.
-                self.out.retain(|o| {
-                    !matches!(o, Out::Read { first, .. } if rfirst.distance(*first) >= 0 && first.distance(last) >= 0)
+                // A response of the same READ still queued is superseded; the new one holds
+                // the resource the old one held, if it held one.
+                let mut replay = true;
+                self.out.retain(|o| match o {
+                    Out::Read {
+                        first, replay: r, ..
+                    } if rfirst.distance(*first) >= 0 && first.distance(last) >= 0 => {
+                        replay &= *r;
+                        false
+                    }
+                    _ => true,
                 });
                 self.out.push_back(Out::Read {
                     first: psn,
@@ -333,6 +368,7 @@ impl Responder {
                     va: reth.va,
                     len: reth.dma_len,
                     msn,
+                    replay,
                 });
             }
             // A duplicate atomic gets the original value from the replay cache; it is never
@@ -343,7 +379,12 @@ impl Responder {
                     _ => None,
                 });
                 if let Some((orig, msn)) = found {
-                    self.out.push_back(Out::AtomicAck { psn, orig, msn });
+                    self.out.push_back(Out::AtomicAck {
+                        psn,
+                        orig,
+                        msn,
+                        replay: true,
+                    });
                 }
             }
             _ => {}
@@ -388,6 +429,20 @@ impl Responder {
         };
         if needs.is_some_and(|n| !ctx.access.contains(n)) {
             return self.fail(psn, RespError::Unsupported, actions);
+        }
+        // IBTA §9.4.4, §9.7.5.1.5: a new READ or atomic needs a free responder resource of
+        // the `max_dest_rd_atomic` granted; one is held until its response is sent (a
+        // requester within its `max_rd_atomic` has received it only after that). With 0
+        // granted, every READ and atomic is refused, as rxe does (some hardware rounds 0 up
+        // to 1; uroce does not).
+        if matches!(
+            info.operation,
+            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
+        ) {
+            let held = self.out.iter().filter(|o| o.holds_resource()).count();
+            if held >= usize::from(ctx.max_dest_rd_atomic) {
+                return self.fail(psn, RespError::TooManyRdAtomic, actions);
+            }
         }
         // A message that consumes a receive WQE (SEND First/Only, WRITE with immediate Last
         // or Only) needs one before anything is executed, or the packet gets an RNR NAK
@@ -462,9 +517,12 @@ impl Responder {
                 else {
                     unreachable!("sequence checked")
                 };
-                // The packets must add up to the DMA length exactly (IBTA §9.7.4.2.3, length checks).
-                if !place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
-                    return self.fail(psn, RespError::BadLength, actions);
+                // The packets must add up to the DMA length exactly (IBTA §9.7.4.2.3, length
+                // checks), into a region still registered.
+                if let Err(e) =
+                    place_write(mr.as_deref(), va, remaining, payload, info.ends_message())
+                {
+                    return self.fail(psn, e, actions);
                 }
                 if info.ends_message() {
                     let RecvState::InWrite { total, .. } = std::mem::take(&mut self.state) else {
@@ -505,6 +563,7 @@ impl Responder {
                     va: reth.va,
                     len: reth.dma_len,
                     msn: self.msn,
+                    replay: false,
                 });
             }
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -544,6 +603,7 @@ impl Responder {
                     psn,
                     orig,
                     msn: self.msn,
+                    replay: false,
                 });
             }
             _ => unreachable!("filtered above"),
@@ -590,7 +650,7 @@ impl Responder {
                 let len = emit::<()>(&repr, route, buf, |_| Ok(())).ok()?;
                 (len, Counter::AcksSent, true)
             }
-            Out::AtomicAck { psn, orig, msn } => {
+            Out::AtomicAck { psn, orig, msn, .. } => {
                 bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
                 bth.psn = *psn;
                 repr.aeth = Some(AethRepr {
@@ -612,6 +672,7 @@ impl Responder {
                 va,
                 len,
                 msn,
+                ..
             } => {
                 let k = *next;
                 let m = mtu.bytes() as u32;
@@ -641,16 +702,38 @@ impl Responder {
                 }
                 repr.bth = bth;
                 repr.payload_len = plen as usize;
-                let src = (mr.clone(), *va + u64::from(off));
-                let n = emit::<()>(&repr, route, buf, |p| {
-                    if let (Some(mr), false) = (&src.0, p.is_empty()) {
-                        let _ = mr.read(src.1 - mr.addr(), p);
+                // The R_Key was checked for the whole READ when it arrived; each packet's
+                // copy checks that the region is still registered (rxe checks the R_Key
+                // again for every response packet). The offset is inside the checked range,
+                // so `va + off` cannot overflow.
+                let filled = emit(&repr, route, buf, |p| match mr.as_deref() {
+                    Some(mr) if !p.is_empty() => mr
+                        .read(*va + u64::from(off) - mr.addr(), p)
+                        .map_err(|_| mr.rkey()),
+                    _ => Ok(()),
+                });
+                match filled {
+                    Ok(n) => {
+                        *next += 1;
+                        (n, Counter::ReadResponsesSent, last)
                     }
-                    Ok(())
-                })
-                .ok()?;
-                *next += 1;
-                (n, Counter::ReadResponsesSent, last)
+                    Err(rkey) => {
+                        // IBTA §10.6.3.2: the region was deregistered: its R_Key is invalid
+                        // from now on, so the rest of the READ is a remote access error
+                        // (NAK 0x62 with the PSN of the response packet not sent), and the
+                        // QP goes to ERR once the NAK is out.
+                        let nak = Out::Ack {
+                            psn: first.wrapping_add(k),
+                            syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
+                            msn: *msn,
+                        };
+                        *front = nak;
+                        self.fatal = Some(RespError::RemoteAccess(AccessFault::InvalidKey {
+                            key: rkey,
+                        }));
+                        return self.poll_transmit(dest_qpn, mtu, route, buf);
+                    }
+                }
             }
         };
         if done {

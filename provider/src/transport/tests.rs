@@ -1551,3 +1551,518 @@ fn a_loss_costs_at_most_the_window_in_retransmissions() {
     assert_eq!(p.b.dev.counters().seq_err_naks_sent, 1);
     assert_eq!(Side::wcs(&p.a.scq)[0].status, WcStatus::Success);
 }
+
+// ---------------------------------------------------------------------------------------
+// Faults found by public bug reports of rxe and pyverbs (issue 10), one test each, named
+// after what broke.
+
+impl Pair {
+    /// One datagram the side (`from_a`) wants to send now, logged; `None` when idle.
+    fn poll_one(&mut self, from_a: bool) -> Option<Dgram> {
+        let (from, to) = if from_a {
+            (&self.a, &self.b)
+        } else {
+            (&self.b, &self.a)
+        };
+        let mut buf = vec![0u8; MAX_ROCE_PACKET_LEN];
+        let t = from.dev.poll_transmit(self.now, &mut buf)?;
+        assert_eq!(t.dst, to.addr());
+        let d = Dgram {
+            to_b: from_a,
+            src: SocketAddr::new(from.addr(), t.src_port),
+            bytes: buf[..t.len].to_vec(),
+        };
+        self.log.push(d.clone());
+        Some(d)
+    }
+}
+
+/// The device's asynchronous events so far, but the `PORT_ACTIVE` of its start.
+fn events(dev: &Device) -> Vec<AsyncEvent> {
+    std::iter::from_fn(|| dev.events().pop())
+        .filter(|e| !matches!(e, AsyncEvent::PortActive { .. }))
+        .collect()
+}
+
+#[test]
+fn read_reply_stops_with_nak_remote_access_once_the_region_is_deregistered() {
+    // IBTA §10.6.3.2, ibv_dereg_mr(3): once deregistration returns the keys are dead and
+    // the memory is the application's again; the READ's remaining packets are not read.
+    let mut p = Pair::new(Cfg::default());
+    let region = MemoryRegion::alloc(&p.b._pd, 4096, ALL).unwrap();
+    let data = fill(&region, 0, 4096, 9);
+    p.a.post(
+        1,
+        SendOp::RdmaRead {
+            remote_addr: region.addr(),
+            rkey: region.rkey(),
+        },
+        vec![p.a.sge(0, 4096)],
+        SendFlags::SIGNALED,
+    );
+    let req = p.poll_one(true).expect("the READ request");
+    assert_eq!(req.opcode(), Opcode::RC_RDMA_READ_REQUEST);
+    p.deliver(&req);
+    let first = p.poll_one(false).expect("READ response First");
+    assert_eq!(first.opcode(), Opcode::RC_RDMA_READ_RESPONSE_FIRST);
+    region.deregister();
+    let rest: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(false)).collect();
+    assert_eq!(rest.len(), 1, "only the NAK follows: {rest:?}");
+    assert_eq!(rest[0].opcode(), Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(
+        (rest[0].psn(), rest[0].syndrome()),
+        (
+            req.psn() + 1,
+            Some(AethSyndrome::Nak(NakCode::RemoteAccessError))
+        )
+    );
+    assert_eq!(p.b.qp.state(), QpState::Err);
+    assert_eq!(p.b.qp.counters().error_naks_sent, 1);
+    assert!(events(&p.b.dev).contains(&AsyncEvent::QpAccessErr { qpn: p.b.qp.qpn() }));
+    p.deliver(&first);
+    p.deliver(&rest[0]);
+    let s = Side::wcs(&p.a.scq);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::RemAccessErr)]
+    );
+    assert_eq!(read(&p.a.mr, 0, 1024), data[..1024]);
+    assert_eq!(read(&p.a.mr, 1024, 3072), vec![0; 3072]);
+}
+
+#[test]
+fn write_into_a_region_deregistered_between_its_packets_is_nak_remote_access() {
+    let mut p = Pair::new(Cfg::default());
+    let region = MemoryRegion::alloc(&p.b._pd, 4096, ALL).unwrap();
+    let data = fill(&p.a.mr, 0, 4096, 4);
+    p.a.post(
+        1,
+        SendOp::RdmaWrite {
+            remote_addr: region.addr(),
+            rkey: region.rkey(),
+        },
+        vec![p.a.sge(0, 4096)],
+        SendFlags::SIGNALED,
+    );
+    let pkts: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(true)).collect();
+    assert_eq!(pkts.len(), 4);
+    p.deliver(&pkts[0]);
+    region.deregister();
+    for d in &pkts[1..] {
+        p.deliver(d);
+    }
+    let b: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(false)).collect();
+    assert_eq!(
+        b.iter()
+            .map(|d| (d.psn(), d.syndrome()))
+            .collect::<Vec<_>>(),
+        [(
+            pkts[1].psn(),
+            Some(AethSyndrome::Nak(NakCode::RemoteAccessError))
+        )]
+    );
+    // Only the first packet landed; the owned region still gives its bytes back.
+    let got = region.contents();
+    assert_eq!(got[..1024], data[..1024]);
+    assert_eq!(got[1024..], vec![0; 3072]);
+    for d in &b {
+        p.deliver(d);
+    }
+    assert_eq!(Side::wcs(&p.a.scq)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(p.b.qp.state(), QpState::Err);
+}
+
+#[test]
+fn send_into_a_receive_buffer_deregistered_while_posted_is_loc_prot_err() {
+    let mut p = Pair::new(Cfg::default());
+    let region = MemoryRegion::alloc(&p.b._pd, 256, ALL).unwrap();
+    p.b.qp
+        .post_recv(&[RecvWr {
+            wr_id: 9,
+            sg_list: vec![Sge {
+                addr: region.addr(),
+                length: 256,
+                lkey: region.lkey(),
+            }],
+        }])
+        .unwrap();
+    region.deregister();
+    fill(&p.a.mr, 0, 64, 1);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 64)], SendFlags::SIGNALED);
+    p.settle();
+    assert_eq!(
+        p.sent_by_b()[0].syndrome(),
+        Some(AethSyndrome::Nak(NakCode::RemoteOperationalError))
+    );
+    assert_eq!(Side::wcs(&p.b.rcq)[0].status, WcStatus::LocProtErr);
+    assert_eq!(Side::wcs(&p.a.scq)[0].status, WcStatus::RemOpErr);
+}
+
+#[test]
+fn a_read_near_the_top_of_the_address_space_never_asks_for_a_wrapped_address() {
+    // The range's last byte is 2^64 - 1: valid to post. The peer answers with READ
+    // response First only; the retry asks for the rest at the right address, no overflow.
+    let mut p = Pair::new(Cfg {
+        timeout: 8,
+        ..Cfg::default()
+    });
+    let top = u64::MAX - 4095;
+    p.a.post(
+        1,
+        SendOp::RdmaRead {
+            remote_addr: top,
+            rkey: 0x1234,
+        },
+        vec![p.a.sge(0, 4096)],
+        SendFlags::SIGNALED,
+    );
+    let req = p.poll_one(true).unwrap();
+    assert_eq!(req.repr().reth.unwrap().va, top);
+    // B's own answer (a NAK: no region there) is replaced by a hand-made First.
+    let mut first = RoceRepr::default();
+    first.bth.opcode = Opcode::RC_RDMA_READ_RESPONSE_FIRST;
+    first.bth.p_key = crate::device::DEFAULT_PKEY;
+    first.bth.dest_qpn = p.a.qp.qpn();
+    first.bth.psn = Psn::new(req.psn());
+    first.aeth = Some(uroce_wire::AethRepr {
+        syndrome: ACK,
+        msn: 1,
+    });
+    first.payload_len = 1024;
+    let mut buf = vec![0u8; MAX_ROCE_PACKET_LEN];
+    let route = super::packet::Route {
+        local: p.b.addr(),
+        src_port: 49152,
+        peer: p.a.addr(),
+    };
+    let n = super::packet::emit::<()>(&first, route, &mut buf, |_| Ok(())).unwrap();
+    p.deliver(&Dgram {
+        to_b: false,
+        src: SocketAddr::new(p.b.addr(), 49152),
+        bytes: buf[..n].to_vec(),
+    });
+    assert!(p.fire_timer());
+    let retry = p.poll_one(true).expect("the READ asked again");
+    let reth = retry.repr().reth.unwrap();
+    assert_eq!(
+        (retry.psn(), reth.va, reth.dma_len),
+        (req.psn() + 1, top + 1024, 3072)
+    );
+
+    // A range that runs past 2^64 is refused at post time, before any packet names it.
+    for (addr, len) in [(u64::MAX - 1023, 4096), (u64::MAX, 2)] {
+        let wr = SendWr::new(
+            2,
+            SendOp::RdmaRead {
+                remote_addr: addr,
+                rkey: 1,
+            },
+            vec![p.a.sge(0, len)],
+        );
+        let err = p.a.qp.post_send(&[wr]).unwrap_err();
+        assert_eq!(
+            err.reason,
+            crate::wr::WrError::RemoteRangeWraps {
+                remote_addr: addr,
+                len: len.into()
+            }
+        );
+    }
+}
+
+#[test]
+fn sq_drained_waits_until_every_outstanding_read_has_completed() {
+    // IBTA §11.6.3, ibv_get_async_event(3): SQ_DRAINED means "drained of outstanding
+    // messages", not "entered SQD".
+    let mut p = Pair::new(Cfg {
+        max_rd_atomic: 8,
+        ..Cfg::default()
+    });
+    fill(&p.b.mr, 0, 8 * 64, 5);
+    for i in 0..8u64 {
+        p.a.post(
+            i,
+            SendOp::RdmaRead {
+                remote_addr: p.b.va(i * 64),
+                rkey: p.b.mr.rkey(),
+            },
+            vec![p.a.sge(i * 64, 64)],
+            SendFlags::SIGNALED,
+        );
+    }
+    let reqs: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(true)).collect();
+    assert_eq!(reqs.len(), 8);
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    p.a.qp
+        .modify(&sqd, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY)
+        .unwrap();
+    assert_eq!(events(&p.a.dev), [], "nothing has completed yet");
+    assert!(p.a.qp.query().sq_draining);
+    // A WR posted in SQD waits: nothing new starts.
+    p.a.post(
+        100,
+        SendOp::RdmaRead {
+            remote_addr: p.b.va(0),
+            rkey: p.b.mr.rkey(),
+        },
+        vec![p.a.sge(4096, 8)],
+        SendFlags::SIGNALED,
+    );
+    for d in &reqs {
+        p.deliver(d);
+    }
+    let resps: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(false)).collect();
+    assert_eq!(resps.len(), 8);
+    for (i, d) in resps.iter().enumerate() {
+        p.deliver(d);
+        let ev = events(&p.a.dev);
+        if i < 7 {
+            assert_eq!(ev, [], "after {} of 8 responses", i + 1);
+        } else {
+            assert_eq!(ev, [AsyncEvent::SqDrained { qpn: p.a.qp.qpn() }]);
+        }
+    }
+    assert!(!p.a.qp.query().sq_draining);
+    assert_eq!(Side::wcs(&p.a.scq).len(), 8);
+    assert!(p.poll_one(true).is_none(), "the WR posted in SQD waits");
+    // SQD -> RTS resumes it.
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    p.a.qp.modify(&rts, QpAttrMask::STATE).unwrap();
+    p.settle();
+    assert_eq!(
+        Side::wcs(&p.a.scq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        [(100, WcStatus::Success)]
+    );
+    assert_eq!(events(&p.a.dev), []);
+}
+
+#[test]
+fn sq_drained_comes_at_once_when_nothing_is_outstanding_and_never_after_leaving_sqd() {
+    let mut p = Pair::new(Cfg::default());
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    let mask = QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY;
+    p.a.qp.modify(&sqd, mask).unwrap();
+    assert_eq!(
+        events(&p.a.dev),
+        [AsyncEvent::SqDrained { qpn: p.a.qp.qpn() }]
+    );
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    p.a.qp.modify(&rts, QpAttrMask::STATE).unwrap();
+    // Draining, then back to RTS before the READ completed: no event, ever.
+    p.a.post(
+        1,
+        SendOp::RdmaRead {
+            remote_addr: p.b.va(0),
+            rkey: p.b.mr.rkey(),
+        },
+        vec![p.a.sge(0, 8)],
+        SendFlags::SIGNALED,
+    );
+    let req = p.poll_one(true).unwrap();
+    p.a.qp.modify(&sqd, mask).unwrap();
+    p.a.qp.modify(&rts, QpAttrMask::STATE).unwrap();
+    p.deliver(&req);
+    p.settle();
+    assert_eq!(Side::wcs(&p.a.scq)[0].status, WcStatus::Success);
+    assert_eq!(events(&p.a.dev), []);
+}
+
+/// A pair whose B side grants `b_dest` responder resources while A may have `a_rd`
+/// READs and atomics outstanding (a requester that does not honour the peer's grant).
+fn pair_with_resources(a_rd: u8, b_dest: u8) -> Pair {
+    let cfg = Cfg::default();
+    let a = Side::new("10.0.0.1", 1, &cfg);
+    let b = Side::new("10.0.0.2", 2, &cfg);
+    a.connect(
+        &b,
+        &Cfg {
+            max_rd_atomic: a_rd,
+            ..cfg
+        },
+        cfg.a_psn,
+        cfg.b_psn,
+    );
+    b.connect(
+        &a,
+        &Cfg {
+            max_rd_atomic: b_dest,
+            ..cfg
+        },
+        cfg.b_psn,
+        cfg.a_psn,
+    );
+    Pair {
+        a,
+        b,
+        now: Instant::from_micros(1_000),
+        wire: Vec::new(),
+        log: Vec::new(),
+    }
+}
+
+#[test]
+fn read_or_atomic_beyond_max_dest_rd_atomic_is_nak_invalid_request_never_executed() {
+    // IBTA §9.4.4, §9.7.5.1.5: with max_dest_rd_atomic 0 no READ or atomic is served.
+    for op in ["read", "fetch_add"] {
+        let mut p = pair_with_resources(1, 0);
+        p.b.mr.write(0, &7u64.to_ne_bytes()).unwrap();
+        let wr = match op {
+            "read" => SendOp::RdmaRead {
+                remote_addr: p.b.va(0),
+                rkey: p.b.mr.rkey(),
+            },
+            _ => SendOp::AtomicFetchAndAdd {
+                remote_addr: p.b.va(0),
+                rkey: p.b.mr.rkey(),
+                add: 1,
+            },
+        };
+        let len = if op == "read" { 64 } else { 8 };
+        p.a.post(1, wr, vec![p.a.sge(0, len)], SendFlags::SIGNALED);
+        p.settle();
+        let b = p.sent_by_b();
+        assert_eq!(b.len(), 1, "{op}: only the NAK");
+        assert_eq!(
+            b[0].syndrome(),
+            Some(AethSyndrome::Nak(NakCode::InvalidRequest)),
+            "{op}"
+        );
+        assert_eq!(
+            read(&p.b.mr, 0, 8),
+            7u64.to_ne_bytes(),
+            "{op}: not executed"
+        );
+        assert_eq!(
+            Side::wcs(&p.a.scq)[0].status,
+            WcStatus::RemInvReqErr,
+            "{op}"
+        );
+        assert!(events(&p.b.dev).contains(&AsyncEvent::QpReqErr { qpn: p.b.qp.qpn() }));
+    }
+
+    // One granted, two atomics arriving together: the second is refused, never executed.
+    let mut p = pair_with_resources(2, 1);
+    p.b.mr.write(0, &0u64.to_ne_bytes()).unwrap();
+    for i in 0..2 {
+        p.a.post(
+            i,
+            SendOp::AtomicFetchAndAdd {
+                remote_addr: p.b.va(0),
+                rkey: p.b.mr.rkey(),
+                add: 1,
+            },
+            vec![p.a.sge(8 * i, 8)],
+            SendFlags::SIGNALED,
+        );
+    }
+    let reqs: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(true)).collect();
+    assert_eq!(reqs.len(), 2);
+    for d in &reqs {
+        p.deliver(d);
+    }
+    assert_eq!(read(&p.b.mr, 0, 8), 1u64.to_ne_bytes());
+    let b: Vec<Dgram> = std::iter::from_fn(|| p.poll_one(false)).collect();
+    assert_eq!(
+        b.iter()
+            .map(|d| (d.psn(), d.syndrome()))
+            .collect::<Vec<_>>(),
+        [(
+            reqs[1].psn(),
+            Some(AethSyndrome::Nak(NakCode::InvalidRequest))
+        )]
+    );
+
+    // Within the grant, one after the other, every atomic is served.
+    let mut p = pair_with_resources(1, 1);
+    for i in 0..4 {
+        p.a.post(
+            i,
+            SendOp::AtomicFetchAndAdd {
+                remote_addr: p.b.va(0),
+                rkey: p.b.mr.rkey(),
+                add: 1,
+            },
+            vec![p.a.sge(8 * i, 8)],
+            SendFlags::SIGNALED,
+        );
+    }
+    p.settle();
+    assert_eq!(read(&p.b.mr, 0, 8), 4u64.to_ne_bytes());
+    assert!(Side::wcs(&p.a.scq)
+        .iter()
+        .all(|w| w.status == WcStatus::Success));
+}
+
+#[test]
+fn inline_send_does_not_check_the_l_key() {
+    // ibv_post_send(3): with IBV_SEND_INLINE "the L_Key will not be checked".
+    let mut p = Pair::new(Cfg::default());
+    p.b.post_recv(1, 0, 64);
+    p.b.post_recv(2, 64, 64);
+    let mut wr = SendWr::inline(1, SendOp::Send, b"inline bytes".to_vec());
+    wr.sg_list = vec![Sge {
+        addr: 0x1000,
+        length: 12,
+        lkey: 0,
+    }];
+    p.a.qp.post_send(&[wr]).unwrap();
+    // An SGE naming a region without the access a non-inline send would need: the bytes
+    // are still taken (the region's rights are not checked either).
+    let ro = MemoryRegion::alloc(&p.a._pd, 16, 0).unwrap();
+    ro.write(0, b"read-only").unwrap();
+    p.a.post(
+        2,
+        SendOp::Send,
+        vec![Sge {
+            addr: ro.addr(),
+            length: 9,
+            lkey: ro.lkey(),
+        }],
+        SendFlags::SIGNALED | SendFlags::INLINE,
+    );
+    p.settle();
+    assert_eq!(read(&p.b.mr, 0, 12), b"inline bytes");
+    assert_eq!(read(&p.b.mr, 64, 9), b"read-only");
+    assert!(Side::wcs(&p.a.scq)
+        .iter()
+        .all(|w| w.status == WcStatus::Success));
+
+    // Safe Rust reaches memory only through a region: an L_Key of 0 without inline_data
+    // is explained, and inline_data without INLINE is refused.
+    let mut wr = SendWr::new(
+        3,
+        SendOp::Send,
+        vec![Sge {
+            addr: 0x1000,
+            length: 4,
+            lkey: 0,
+        }],
+    );
+    wr.flags |= SendFlags::INLINE;
+    let err = p.a.qp.post_send(&[wr]).unwrap_err();
+    assert!(matches!(
+        err.reason,
+        crate::wr::WrError::InlineSge { sge: 0, .. }
+    ));
+    let mut wr = SendWr::inline(4, SendOp::Send, vec![1]);
+    wr.flags = SendFlags::SIGNALED;
+    let err = p.a.qp.post_send(&[wr]).unwrap_err();
+    assert_eq!(err.reason, crate::wr::WrError::InlineDataWithoutFlag);
+}

@@ -27,7 +27,7 @@ use super::recv::{
     check_reth, place_send, place_write, send_completion, take_recv_wqe, write_imm_completion,
 };
 use super::requester::{packets_for, send_write_opcodes, ReqCtx};
-use super::responder::RespCtx;
+use super::responder::{RespCtx, RespError};
 use crate::counters::Counter;
 use crate::mr::{AccessFlags, MemoryRegion};
 use crate::wc::{WcStatus, WorkCompletion};
@@ -398,9 +398,15 @@ impl UcResponder {
         else {
             return;
         };
-        if !place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
-            count(Counter::MalformedDrops);
-            return self.abort(ctx, rq, count);
+        match place_write(mr.as_deref(), va, remaining, payload, info.ends_message()) {
+            Ok(()) => {}
+            // The region was deregistered since the First packet: abandoned like an R_Key
+            // failure at the First packet (UC has no NAK).
+            Err(RespError::RemoteAccess(_)) => return self.abort(ctx, rq, count),
+            Err(_) => {
+                count(Counter::MalformedDrops);
+                return self.abort(ctx, rq, count);
+            }
         }
         if info.ends_message() {
             let UcState::InWrite { total, .. } = std::mem::take(&mut self.state) else {

@@ -46,8 +46,7 @@
 //! - `ibv_comp_channel.fd` is a real descriptor for poll/epoll/select; with `O_NONBLOCK`
 //!   set on it, `ibv_get_cq_event` fails with `EAGAIN` when no event waits.
 //! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
-//!   of SGEs per WR and one per batch of 32 WRs, and a lock per call on QPs created with
-//!   `max_inline_data` (the inline staging region).
+//!   of SGEs per WR and one per batch of 32 WRs (and one for the bytes of an inline WR).
 //!
 //! ## Not there yet
 //!

@@ -34,13 +34,14 @@ impl Kind for UDevice {
 }
 
 /// What a context's objects share: the maps from the provider's numbers to the C
-/// objects, for `ibv_get_async_event`, and the device's SGE limit.
+/// objects, for `ibv_get_async_event`, and the device's SGE and inline limits.
 #[derive(Default)]
 pub struct Shared {
     qps: Mutex<HashMap<u32, usize>>,
     cqs: Mutex<HashMap<u32, usize>>,
     srqs: Mutex<HashMap<u32, usize>>,
     max_sge: u32,
+    max_inline: u32,
 }
 
 /// An open device.
@@ -134,9 +135,6 @@ pub struct UQp {
     qp: Qp,
     qp_type: QpType,
     sq_sig_all: bool,
-    /// Where `IBV_SEND_INLINE` data is staged (see [`Inline`]); `None` when the QP was
-    /// created with `max_inline_data` 0.
-    inline: Option<Mutex<Inline>>,
     shared: Arc<Shared>,
 }
 impl Kind for UQp {
@@ -161,48 +159,6 @@ pub struct UAh {
 impl Kind for UAh {
     type C = ibv_ah;
     const TAG: u64 = 0x7572_6f63_6561_6820;
-}
-
-/// The staging region of a QP's inline sends. libibverbs copies `IBV_SEND_INLINE` data
-/// from the SGE addresses at post time and does not check their L_Keys (the memory need
-/// not be registered); the Rust API copies inline data at post time too, but through the
-/// L_Keys. So the bytes are first copied here, a region of `BATCH * max_inline` bytes
-/// owned by the QP's PD (one slot per WR of a batch), and the WR posted with one SGE over
-/// its slot. The Rust API has copied them again when `post_send` returns, so the slots
-/// are free for the next call; the lock keeps two threads posting on one QP apart.
-pub struct Inline {
-    mr: Mr,
-    max: u32,
-}
-
-impl Inline {
-    /// Copies a WR's gathered bytes into slot `slot` and returns the SGE list over it;
-    /// `None` (the WR is passed on as it is, for the Rust API to refuse) when they exceed
-    /// `max_inline_data`.
-    ///
-    /// # Safety
-    ///
-    /// Each SGE's `addr..addr+length` is readable (the man page's contract for inline).
-    unsafe fn stage(&self, slot: usize, list: &[Sge]) -> Result<Option<Vec<Sge>>, Errno> {
-        let total: u64 = list.iter().map(|s| u64::from(s.length)).sum();
-        if total > u64::from(self.max) {
-            return Ok(None);
-        }
-        let base = (slot * self.max as usize) as u64;
-        let mut at = base;
-        for s in list.iter().filter(|s| s.length > 0) {
-            // SAFETY: readable per the contract.
-            let bytes =
-                unsafe { core::slice::from_raw_parts(s.addr as *const u8, s.length as usize) };
-            self.mr.write(at, bytes)?;
-            at += u64::from(s.length);
-        }
-        Ok(Some(if total == 0 {
-            Vec::new()
-        } else {
-            vec![self.mr.sge(base, total as u32)]
-        }))
-    }
 }
 
 fn zeroed_mutex() -> PthreadMutex {
@@ -397,6 +353,7 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
         };
         let shared = Arc::new(Shared {
             max_sge: ctx.query_device().max_sge,
+            max_inline: ctx.query_device().max_inline_data,
             ..Shared::default()
         });
         Ok(Obj::into_c(c, UContext { ctx, shared }))
@@ -1236,13 +1193,6 @@ pub unsafe extern "C" fn ibv_create_qp(
         })?;
         let cap = qp.query().cap;
         ia.cap = cap_to_c(&cap);
-        let inline = match cap.max_inline_data {
-            0 => None,
-            max => Some(Mutex::new(Inline {
-                mr: p.k.pd.alloc_mr(BATCH * max as usize, 0)?,
-                max,
-            })),
-        };
         let qpn = qp.qp_num();
         let cqp = ibv_qp {
             // SAFETY: `pd` is a checked PD.
@@ -1266,7 +1216,6 @@ pub unsafe extern "C" fn ibv_create_qp(
                 qp,
                 qp_type,
                 sq_sig_all,
-                inline,
                 shared: p.k.shared.clone(),
             },
         );
@@ -1400,14 +1349,9 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Result<
 ///
 /// # Safety
 ///
-/// `w` is a valid WR whose SGE list and AH are valid; `inline` is the QP's staging
-/// region, locked, and `slot` the WR's place in its batch.
-unsafe fn send_wr(
-    w: &ibv_send_wr,
-    q: &UQp,
-    inline: Option<&Inline>,
-    slot: usize,
-) -> Result<SendWr, Errno> {
+/// `w` is a valid WR whose SGE list and AH are valid, and whose SGEs' memory is readable
+/// when it is `IBV_SEND_INLINE`.
+unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
     // SAFETY: per the contract, for the union member the opcode selects.
     let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
     let imm = u32::from_be(w.imm_data);
@@ -1452,19 +1396,29 @@ unsafe fn send_wr(
     };
     let flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: per the contract.
-    let mut sg_list = unsafe { sges(w.sg_list, w.num_sge, q.shared.max_sge) }?;
-    if let Some(inline) = inline.filter(|_| flags.contains(SendFlags::INLINE)) {
-        // SAFETY: per the contract, inline SGEs are readable.
-        if let Some(staged) = unsafe { inline.stage(slot, &sg_list) }? {
-            sg_list = staged;
-        }
-    }
+    let sg_list = unsafe { sges(w.sg_list, w.num_sge, q.shared.max_sge) }?;
+    // IBV_SEND_INLINE: libibverbs copies the bytes from the SGE addresses now and checks
+    // no L_Key (the memory need not be registered). Beyond the device's max_inline_data
+    // nothing is read: the Rust API refuses the WR by its SGE lengths.
+    let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
+    let inline_data =
+        (flags.contains(SendFlags::INLINE) && total <= u64::from(q.shared.max_inline)).then(|| {
+            let mut data = Vec::with_capacity(total as usize);
+            for s in sg_list.iter().filter(|s| s.length > 0) {
+                // SAFETY: readable per the contract.
+                data.extend_from_slice(unsafe {
+                    core::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+                });
+            }
+            data
+        });
     Ok(SendWr {
         wr_id: w.wr_id,
         sg_list,
         op,
         flags,
         ud,
+        inline_data,
     })
 }
 
@@ -1482,7 +1436,7 @@ unsafe fn post_chain<C, R>(
     first: *mut C,
     bad_wr: *mut *mut C,
     next: impl Fn(&C) -> *mut C,
-    convert: impl Fn(&C, usize) -> Result<R, Errno>,
+    convert: impl Fn(&C) -> Result<R, Errno>,
     post: impl Fn(&[R]) -> Result<(), uroce_verbs::BadWr>,
 ) -> Result<c_int, Errno> {
     let mut batch: Vec<R> = Vec::new();
@@ -1501,7 +1455,7 @@ unsafe fn post_chain<C, R>(
         while !cur.is_null() && batch.len() < BATCH {
             // SAFETY: a WR of the chain, per the contract.
             let w = unsafe { &*cur };
-            match convert(w, batch.len()) {
+            match convert(w) {
                 Ok(r) => {
                     ptrs[batch.len()] = cur;
                     batch.push(r);
@@ -1540,7 +1494,7 @@ unsafe fn post_recv_chain(
             wr,
             bad_wr,
             |w| w.next,
-            |w, _| {
+            |w| {
                 Ok(RecvWr {
                     wr_id: w.wr_id,
                     sg_list: sges(w.sg_list, w.num_sge, max_sge)?,
@@ -1560,14 +1514,13 @@ unsafe extern "C" fn uroce_post_send(
     ffi!(errno_value, {
         // SAFETY: C passes a QP of this library.
         let q = unsafe { Obj::<UQp>::from_c(qp) }?;
-        let inline = q.k.inline.as_ref().map(|m| m.lock());
         // SAFETY: C passes a chain of valid WRs.
         unsafe {
             post_chain(
                 wr,
                 bad_wr,
                 |w| w.next,
-                |w, slot| send_wr(w, &q.k, inline.as_deref(), slot),
+                |w| send_wr(w, &q.k),
                 |b| q.k.qp.post_send(b),
             )
         }

@@ -3,22 +3,14 @@
 //! every struct and field in `uroce_ibverbs::abi::layout_table()`, and each must equal
 //! the Rust layout. Skipped, saying so, when the header or a C compiler is absent.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
+#[path = "../../../tests/support/skip.rs"]
+mod skip;
+
 fn skip(why: &str) {
-    let line = format!("c_header_layout_matches: skipped: {why}");
-    eprintln!("{line}");
-    if let Some(path) = std::env::var_os("UROCE_SKIP_LOG") {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{line}");
-        }
-    }
+    skip::skipped("c_header_layout_matches", why);
 }
 
 #[test]

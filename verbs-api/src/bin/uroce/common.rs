@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use uroce_verbs::{
-    devices, AccessFlags, AhAttr, Context, Cq, Device, DeviceConfig, Gid, Qp, QpAttr, QpAttrMask,
-    QpState, QpType, WcStatus, WorkCompletion,
+    devices, progress_from_env, AccessFlags, AhAttr, Context, Cq, Device, DeviceConfig, Gid,
+    Progress, Qp, QpAttr, QpAttrMask, QpState, QpType, WcStatus, WorkCompletion,
 };
 use uroce_wire::Mtu;
 
@@ -68,10 +68,38 @@ pub struct DevArgs {
     /// CAP_NET_RAW). Default: what `UROCE_BACKEND` names, else `udp`.
     #[arg(long, value_enum)]
     pub backend: Option<BackendKind>,
+    /// Who moves the packets: `shared` (the tool's own polling, with the engine's thread
+    /// covering when it naps; the default), `thread` (the engine's thread does all of it)
+    /// or `polled` (no thread). Default: what `UROCE_PROGRESS` names, else `shared`.
+    #[arg(long, value_name = "MODE", value_parser = parse_progress)]
+    pub progress: Option<Progress>,
     /// Give up after this many seconds without progress (TCP connect and reads,
     /// completions).
     #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = parse_secs)]
     pub timeout: f64,
+}
+
+fn parse_progress(s: &str) -> Result<Progress, String> {
+    s.parse().map_err(|e: &str| e.to_owned())
+}
+
+/// The backend and progress mode a device is opened with (`--backend`, `--progress`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IoChoice {
+    /// `--backend` (`None`: `UROCE_BACKEND`, else UDP).
+    pub backend: Option<BackendKind>,
+    /// `--progress` (`None`: `UROCE_PROGRESS`, else shared).
+    pub progress: Option<Progress>,
+}
+
+impl DevArgs {
+    /// The `--backend` and `--progress` choice.
+    pub fn io(&self) -> IoChoice {
+        IoChoice {
+            backend: self.backend,
+            progress: self.progress,
+        }
+    }
 }
 
 fn parse_secs(s: &str) -> Result<f64, String> {
@@ -236,7 +264,7 @@ pub fn open_selected(
 ) -> Result<Opened, Fail> {
     let dev = select_device(args, peer)?;
     println!("{indent}device {} address {}", dev.name(), dev.addr());
-    open_with(&dev, pcap, args.backend)
+    open_with(&dev, pcap, args.io())
 }
 
 /// The wildcard address of `addr`'s IP version (where a server's TCP exchange listens).
@@ -269,29 +297,44 @@ pub fn stdout_line(s: String) {
     println!("{s}");
 }
 
-/// Opens `dev` on the chosen backend and attaches `pcap` (if any) to its datapath.
-pub fn open_with(
-    dev: &Device,
-    pcap: Option<&Arc<PcapOut>>,
-    backend: Option<BackendKind>,
-) -> Result<Opened, Fail> {
-    let ctx = match backend {
-        None => dev.open(),
-        Some(BackendKind::Udp) => {
-            let mut b = [0u8; 8];
-            let _ = getrandom::getrandom(&mut b);
-            dev.open_on(
-                &uroce_provider::backend::udp::UdpBackend::default(),
-                u64::from_ne_bytes(b),
-            )
-        }
-        Some(BackendKind::Raw) => {
-            let mut b = [0u8; 8];
-            let _ = getrandom::getrandom(&mut b);
-            dev.open_on(
-                &uroce_provider::backend::raw::RawBackend::default(),
-                u64::from_ne_bytes(b),
-            )
+/// Opens `dev` on the chosen backend and progress mode and attaches `pcap` (if any) to its
+/// datapath.
+pub fn open_with(dev: &Device, pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Result<Opened, Fail> {
+    let ctx = if io.backend.is_none() && io.progress.is_none() {
+        dev.open()
+    } else {
+        let engine = uroce_provider::engine::EngineConfig {
+            progress: match io.progress {
+                Some(p) => p,
+                None => progress_from_env().map_err(|e| e.to_string())?,
+            },
+            ..Default::default()
+        };
+        let backend = match io.backend {
+            Some(b) => b,
+            None => match std::env::var("UROCE_BACKEND").as_deref().map(str::trim) {
+                Ok("raw") => BackendKind::Raw,
+                _ => BackendKind::Udp,
+            },
+        };
+        let mut b = [0u8; 8];
+        let _ = getrandom::getrandom(&mut b);
+        let seed = u64::from_ne_bytes(b);
+        match backend {
+            BackendKind::Udp => dev.open_on(
+                &uroce_provider::backend::udp::UdpBackend {
+                    engine,
+                    ..Default::default()
+                },
+                seed,
+            ),
+            BackendKind::Raw => dev.open_on(
+                &uroce_provider::backend::raw::RawBackend {
+                    engine,
+                    ..Default::default()
+                },
+                seed,
+            ),
         }
     }
     .map_err(|e| format!("cannot open device {} ({}): {e}", dev.name(), dev.addr()))?;
@@ -425,7 +468,7 @@ pub fn random_psn() -> u32 {
 /// none. Returns how many were taken. Spins for [`SPIN_FOR`], then naps between polls
 /// (see [`Backoff`]) so a waiting tool does not take a CPU from its peer.
 pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Result<usize, Fail> {
-    let mut b = Backoff::new();
+    let mut b = Backoff::new(cq);
     loop {
         let n = cq.poll(wc);
         if n > 0 {
@@ -445,24 +488,24 @@ pub const SPIN_FOR: Duration = Duration::from_micros(200);
 
 /// A polling wait's pacing: spin (yielding) for [`SPIN_FOR`], then sleep 20 µs between
 /// polls. Busy polling both host cores starved the lab's TCG guests (their peers), whose
-/// round trips are hundreds of microseconds anyway.
-pub struct Backoff {
+/// round trips are hundreds of microseconds anyway. Before its first nap it tells the
+/// device (`idle`), so that with shared progress the engine's thread moves the packets
+/// while the tool sleeps.
+pub struct Backoff<'a> {
     start: Instant,
     spins: u32,
+    cq: &'a Cq,
+    napping: bool,
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Backoff {
-    /// Starts a wait.
-    pub fn new() -> Backoff {
+impl<'a> Backoff<'a> {
+    /// Starts a wait on `cq`'s device.
+    pub fn new(cq: &'a Cq) -> Backoff<'a> {
         Backoff {
             start: Instant::now(),
             spins: 0,
+            cq,
+            napping: false,
         }
     }
 
@@ -476,6 +519,10 @@ impl Backoff {
                 std::thread::yield_now();
             }
         } else {
+            if !self.napping {
+                self.napping = true;
+                self.cq.idle();
+            }
             std::thread::sleep(Duration::from_micros(20));
         }
         waited
@@ -564,14 +611,14 @@ pub struct Loopback {
 pub fn loopback_setup(
     pcap: Option<&PathBuf>,
     port: Option<u16>,
-    backend: Option<BackendKind>,
+    io: IoChoice,
     indent: &str,
 ) -> Result<Loopback, Fail> {
     let pcap = match pcap {
         Some(p) => Some(PcapOut::create(p, crate::pcapout::Keep::Sent)?),
         None => None,
     };
-    let (server, client) = open_loopback(pcap.as_ref(), backend)?;
+    let (server, client) = open_loopback(pcap.as_ref(), io)?;
     println!(
         "{indent}loopback: server {} ({}), client {} ({})",
         server.dev.name(),
@@ -589,14 +636,11 @@ pub fn loopback_setup(
 }
 
 /// Opens the loopback pair, with a clear error when an address cannot be bound.
-/// `backend`: the `--backend` flag (`None`: `UROCE_BACKEND`, else UDP).
-pub fn open_loopback(
-    pcap: Option<&Arc<PcapOut>>,
-    backend: Option<BackendKind>,
-) -> Result<(Opened, Opened), Fail> {
+/// `io`: the `--backend` and `--progress` flags.
+pub fn open_loopback(pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Result<(Opened, Opened), Fail> {
     let (a, b) = loopback_devices()?;
-    let oa = open_with(&a, pcap, backend)?;
-    let ob = open_with(&b, pcap, backend).map_err(|e| {
+    let oa = open_with(&a, pcap, io)?;
+    let ob = open_with(&b, pcap, io).map_err(|e| {
         format!("{e} (--loopback needs 127.0.0.2; on Linux every 127.x address is local, elsewhere add it with `ifconfig lo0 alias 127.0.0.2`)")
     })?;
     Ok((oa, ob))

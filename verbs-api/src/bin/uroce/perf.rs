@@ -634,7 +634,7 @@ impl Side {
     /// Waits until the last byte of our target area holds `val` (an RDMA WRITE landed).
     fn wait_byte(&self, size: u64, val: u8) -> Result<(), Fail> {
         let off = self.target_off(0) + size - 1;
-        let mut wait = common::Backoff::new();
+        let mut wait = common::Backoff::new(&self.cq);
         let mut b = [0u8; 1];
         loop {
             self.mr
@@ -940,7 +940,7 @@ fn run_loopback(args: &PerfArgs, cfg: &Cfg) -> Result<(), Fail> {
         server: a,
         client: b,
         listener,
-    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.backend, " ")?;
+    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.io(), " ")?;
     let peer: SocketAddr = listener.local_addr();
     let cfg_s = cfg.clone();
     let lines = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));

@@ -67,7 +67,7 @@ pub struct PingpongArgs {
     #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
     pub ib_port: u8,
     /// Bytes per message (default 4096; 1024 for UD, what rdma-core's ibv_ud_pingpong
-    /// sends without -s, whatever its --help says).
+    /// really uses, whatever its help text says).
     #[arg(short = 's', long = "size", value_parser = clap::value_parser!(u32).range(1..=(1i64 << 30)))]
     pub size: Option<u32>,
     /// Path MTU in bytes (RC/UC; UD messages must fit the port's MTU).
@@ -615,7 +615,7 @@ fn run_loopback(args: &PingpongArgs, cfg: &Cfg) -> Result<(), Fail> {
         server: a,
         client: b,
         listener,
-    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.backend, "  ")?;
+    } = common::loopback_setup(args.dev.pcap.as_ref(), args.port, args.dev.io(), "  ")?;
     let peer = listener.local_addr();
     let cfg_s = cfg.clone();
     let lines = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
