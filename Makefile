@@ -1,6 +1,8 @@
 # uroce developer entry points. `make test` is what CI runs (through .ci/run).
 #
-#   make build        build every crate and target (debug)
+#   make build        build every crate and target (debug), and the C library (make cabi)
+#   make cabi         target/debug/uroce-lib/libibverbs.so.1: uroce as a drop-in libibverbs
+#                     for unmodified C programs (run them with `uroce exec -- PROGRAM`)
 #   make test         fmt check, clippy -D warnings, unit/property/integration/doc tests,
 #                     and a short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
@@ -21,12 +23,26 @@ FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.
 FUZZ_ENV = RUSTC_BOOTSTRAP=1
 FUZZ_FLAGS = --sanitizer none --release --debug-assertions
 
-.PHONY: all build test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench demo clean
+.PHONY: all build cabi cabi-release bench-cabi test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench demo clean
 
 all: build
 
 build:
 	$(CARGO) build --workspace --all-targets
+	$(MAKE) cabi
+
+# The staticlib of verbs-api/ibverbs linked with the version script of rdma-core 44's
+# symbol versions (a Rust cdylib cannot carry them); `uroce exec` finds the library in
+# uroce-lib/ next to the uroce binary of the same profile.
+cabi:
+	$(CARGO) build -p uroce-ibverbs --lib
+	$(CARGO) build -p uroce-verbs --bin uroce
+	bash verbs-api/ibverbs/link.sh target/debug
+
+cabi-release:
+	$(CARGO) build --release -p uroce-ibverbs --lib
+	$(CARGO) build --release -p uroce-verbs --bin uroce
+	bash verbs-api/ibverbs/link.sh target/release
 
 test: fmt-check clippy unit-test fuzz-smoke
 	@echo "make test: fmt, clippy, tests and fuzz smoke all passed"
@@ -44,14 +60,17 @@ clippy:
 # Test output is kept in target/test-results.log so `make test` can print the totals last.
 # A test that cannot run here (a lab tool or a Debian binary missing) passes after writing a
 # line to $(SKIP_LOG) (tests/support/skip.rs); the totals count it as skipped and list why.
+# UROCE_REQUIRE_CABI=1: the C ABI tests fail, instead of skipping, when uroce's
+# libibverbs.so.1 is not built (unit-test builds it: make cabi).
 SKIP_LOG = $(CURDIR)/target/test-skips.log
 export UROCE_SKIP_LOG = $(SKIP_LOG)
-unit-test:
+unit-test: cabi
 	@mkdir -p target; rm -f $(SKIP_LOG)
 	# The tool tests run the examples as programs, so build them under their plain names.
 	$(CARGO) build --workspace --examples
 	# Not --all-targets: that would also run the harness-less benchmarks as tests.
-	set -o pipefail; $(CARGO) test --workspace --lib --bins --tests --examples 2>&1 | tee target/test-results.log
+	set -o pipefail; UROCE_REQUIRE_CABI=1 \
+	  $(CARGO) test --workspace --lib --bins --tests --examples 2>&1 | tee target/test-results.log
 	set -o pipefail; $(CARGO) test --workspace --doc 2>&1 | tee -a target/test-results.log
 
 fuzz-build:
@@ -88,6 +107,11 @@ bench:
 	$(CARGO) bench -p uroce-wire --bench parse
 	$(CARGO) bench -p uroce-provider --bench sim
 	$(CARGO) bench -p uroce-provider --bench loopback
+	$(MAKE) bench-cabi
+
+# Debian's perftest on uroce's libibverbs.so.1 beside `uroce perf` (figures, not asserted).
+bench-cabi: cabi-release
+	bash verbs-api/ibverbs/bench.sh
 
 # The main job on a fresh machine: an RC pingpong between 127.0.0.1 and 127.0.0.2.
 demo:
@@ -102,8 +126,7 @@ lab-interop:
 
 # uroce against rxe on the lab's emulated machines (two guests without rxe running uroce,
 # then two with rxe; RUNS rounds): a table of medians and ranges, never asserted.
-lab-bench:
-	$(CARGO) build --release --bin uroce
+lab-bench: cabi-release
 	bash tests/lab/bench.sh
 
 clean:

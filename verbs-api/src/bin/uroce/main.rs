@@ -7,6 +7,7 @@
 //! - `uroce pingpong`: rdma-core's `ibv_{rc,uc,ud,srq}_pingpong`, same flags and exchange.
 //! - `uroce perf`: perftest's bandwidth and latency tests, same flags and tables.
 //! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
+//! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
 //!
 //! Traffic commands print one-line errors (`uroce: error: ...`) and exit with status 1;
 //! bad flags exit with status 2.
@@ -15,6 +16,7 @@ mod capture;
 mod common;
 mod devices;
 mod exchange;
+mod exec;
 mod pcap;
 mod pcapout;
 mod perf;
@@ -71,6 +73,11 @@ enum Command {
     /// Run a short RC pingpong between 127.0.0.1 and 127.0.0.2 and print the counters of
     /// both devices and QPs (every traffic command also takes `--stats`).
     Stat(stat::StatArgs),
+    /// Run an unmodified libibverbs program (rdma-core's `ibv_*`, perftest, your own) on
+    /// uroce: `uroce exec [--devices uroce0=127.0.0.1] -- ibv_devinfo -v`. Puts uroce's
+    /// libibverbs.so.1 (built by `make cabi`) first on LD_LIBRARY_PATH; UROCE_DEVICES,
+    /// UROCE_CONFIG and UROCE_BACKEND pass through.
+    Exec(exec::ExecArgs),
 }
 
 /// Prints a one-line error and gives exit status 1.
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => report(pingpong::run(&args)),
         Command::Perf(args) => report(perf::run(&args)),
         Command::Stat(args) => report(stat::run(&args)),
+        Command::Exec(args) => report(exec::run(&args)),
         Command::Sim(args) => match args.workload() {
             Ok(w) => sim::run(&args, &w),
             Err(msg) => {

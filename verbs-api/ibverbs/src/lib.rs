@@ -1,0 +1,63 @@
+//! # uroce-ibverbs: a drop-in `libibverbs.so.1` over uroce
+//!
+//! Programs linked against rdma-core's libibverbs (Debian's `ibv_*` and perftest, your
+//! own C and C++ programs) run on uroce unchanged with this library first on
+//! `LD_LIBRARY_PATH`; `uroce exec -- PROGRAM ARGS...` sets that up. The devices, backends
+//! and transport are uroce's (`UROCE_DEVICES` / `UROCE_CONFIG`, `UROCE_BACKEND`).
+//!
+//! `make cabi` links this crate's staticlib into `target/<profile>/uroce-lib/libibverbs.so.1`
+//! with the version script `libibverbs.map`: the names and versions of rdma-core 44
+//! (`IBVERBS_1.0`, `1.1`, `1.5` .. `1.14`, `IBVERBS_PRIVATE_34`).
+//!
+//! ## How it is built
+//!
+//! - [`abi`]: the C structs, `#[repr(C)]`, with compile-time size and offset assertions
+//!   (and a test against the system's `<infiniband/verbs.h>`).
+//! - [`handle`]: every C object is an [`handle::Obj`] (the C struct first, a tag, the Rust
+//!   handles); one typed conversion between pointers and objects, NULL and tag checks at
+//!   the boundary, and the `ffi!` panic boundary every exported function runs in.
+//! - [`verbs`]: each exported verb converts its arguments, calls `uroce_verbs`, converts
+//!   the result and sets `errno`; there is no second implementation of any verb.
+//! - [`misc`]: enum names, rates, fork and sysfs helpers; [`stubs`]: the kernel and
+//!   provider interfaces, which fail with `EOPNOTSUPP`.
+//!
+//! ## What C can get wrong, and what happens
+//!
+//! - NULL handles, handles of another kind (a CQ passed as a QP), and (usually) handles
+//!   already destroyed: `EINVAL`, as the tag check finds them.
+//! - Wrong attribute masks, QPs in the wrong state, zero or too many SGEs, unknown
+//!   opcodes, objects destroyed while in use (`EBUSY`): the man page's error and `errno`,
+//!   from the Rust API's checks; `bad_wr` points at the first WR not posted.
+//! - Undefined, as in libibverbs, and not caught: a pointer to freed memory that has been
+//!   reused, a pointer that is not a libibverbs object at all (the tag check reads past
+//!   it), a WR chain that loops, SGE lists or buffers shorter than their counts say,
+//!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`.
+//!
+//! ## Behaviour worth knowing
+//!
+//! - `IBV_SEND_INLINE` copies the bytes from the SGE addresses at post time without
+//!   checking their L_Keys, as libibverbs does (the memory need not be registered).
+//! - `imm_data` is big-endian in `ibv_send_wr` and `ibv_wc`, as in libibverbs.
+//! - An empty `ibv_poll_cq` yields the CPU, so busy-polling programs leave the progress
+//!   engine thread room to run on small machines.
+//! - `ibv_destroy_qp` returns once the QP's CQs, SRQ and PD are free to be destroyed.
+//! - A device can be open once per process at a time: it owns UDP port 4791 on its
+//!   address (a second `ibv_open_device` fails with `EADDRINUSE`, printed on stderr).
+//! - `ibv_comp_channel.fd` is a real descriptor for poll/epoll/select; with `O_NONBLOCK`
+//!   set on it, `ibv_get_cq_event` fails with `EAGAIN` when no event waits.
+//! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
+//!   of SGEs per WR and one per batch of 32 WRs (and one for the bytes of an inline WR).
+//!
+//! ## Not there yet
+//!
+//! `struct verbs_context` (so the extended verbs, `ibv_create_cq_ex`, `ibv_query_device_ex`'s
+//! extended fields, the `ibv_wr_*` API fall back or fail with `EOPNOTSUPP`), memory
+//! windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`, ECE, dmabuf.
+
+pub mod abi;
+mod compat;
+mod convert;
+pub mod handle;
+pub mod misc;
+pub mod stubs;
+pub mod verbs;
