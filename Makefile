@@ -120,8 +120,7 @@ demo:
 # uroce on the host against rdma-core's pingpongs and perftest in an rxe guest: every program
 # as server and client, IPv4 with and without 5 % loss, IPv6. One line per case, then
 # "N passed, N failed"; the lab is taken down even when a case fails (tests/lab/interop.sh).
-lab-interop:
-	$(CARGO) build --release --bin uroce
+lab-interop: cabi-release
 	bash tests/lab/interop.sh
 
 # uroce against rxe on the lab's emulated machines (two guests without rxe running uroce,

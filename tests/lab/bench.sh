@@ -79,8 +79,8 @@ run_workloads() {
         case $stack in
             uroce-perf) pair $stack $name $unit "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.11 $args" \
                              "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
-            uroce-ib) pair $stack $name $unit "UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -F $args" \
-                           "UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -F $args" ;;
+            uroce-ib) pair $stack $name $unit "env UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
+                           "env UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
             rxe) pair $stack $name $unit "ib_$test -d rxe0 -x 1 -F $args" \
                       "ib_$test -d rxe0 -x 1 -F $args" ;;
         esac

@@ -128,6 +128,16 @@ verdict() {
     esac
 }
 
+# The host side of a case, on the uroce device at address $1 (then the peer $2, for a
+# client): a uroce tool (UROCE_ARGS), or with UROCE_ARGS "exec: PROGRAM ARGS" one of
+# Debian's own binaries on uroce's drop-in libibverbs (`uroce exec`). Reads $uargs.
+host_cmd() {
+    case $uargs in
+        exec:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" exec -- ${uargs#exec:} ${2:-} ;;
+        *) ns timeout $CT "$UROCE" $uargs $BACKEND --ip $1 --timeout 30 ${2:-} ;;
+    esac
+}
+
 # run NAME ROLE KIND NET UROCE_ARGS GUEST_CMD
 #   ROLE: server (uroce listens, the guest connects to the host) or client
 #   NET: v4, v6 or loss (v4 with 5 % of the guest's RoCE frames dropped)
@@ -137,20 +147,20 @@ run() {
     local u=$OUTDIR/$name.uroce.txt g=$OUTDIR/$name.rxe.txt t=$(date +%s.%N) ip=$HOST4 gidx=$GID4
     local port=18515 urc grc det upid gpid
     [ $net = v6 ] && { ip=$HOST6; gidx=$GID6; }
-    [ $net = raw ] && uargs="$uargs --stats"
+    [ $net = raw ] && [ "${uargs#exec:}" = "$uargs" ] && uargs="$uargs --stats"
     gcmd=${gcmd//@G/$gidx}
     case $uargs in *"-p "*) port=$(echo "$uargs" | sed 's/.*-p \([0-9]*\).*/\1/') ;; esac
-    [ $net = loss ] && uargs="$uargs --stats"
+    [ $net = loss ] && [ "${uargs#exec:}" = "$uargs" ] && uargs="$uargs --stats"
     # When uroce fails, the guest program is stopped at once (rxe would retry forever).
     if [ $role = server ]; then
-        ns timeout $CT "$UROCE" $uargs $BACKEND --ip $ip --timeout 30 > "$u" 2>&1 & upid=$!
+        host_cmd $ip > "$u" 2>&1 & upid=$!
         wait_port h $port 10
         gsh $G "timeout $CT $gcmd $HOST4" > "$g" 2>&1 & gpid=$!
         wait $upid; urc=$?
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
         wait_port g $port 30
-        ns timeout $CT "$UROCE" $uargs $BACKEND --ip $ip --timeout 30 $GIP > "$u" 2>&1; urc=$?
+        host_cmd $ip $GIP > "$u" 2>&1; urc=$?
     fi
     [ $urc -ne 0 ] && cleanup_guest
     wait $gpid; grc=$?
@@ -215,6 +225,35 @@ ppdef() {
     done
 }
 
+# Debian's own binaries on the host, on uroce's libibverbs, against the same on rxe:
+# cpp PREFIX NET TYPE SIZE MTU ITERS (pingpongs; uroce's GID index is 0)
+cpp() {
+    local pre=$1 net=$2 ty=$3 sz=$4 mtu=$5 n=$6 prog x= role
+    case $ty in
+        rc|uc|ud) prog=ibv_${ty}_pingpong ;;
+        srq) prog=ibv_srq_pingpong x="-q 4" ;;
+    esac
+    local a="-s $sz -n $n $x"; [ $ty != ud ] && a="$a -m $mtu"
+    for role in server client; do
+        run "$pre-c-$ty-s$sz-m$mtu-$role" $role pp $net "exec:$prog -d uroce0 -g 0 $a" "$prog -d rxe0 -g @G $a"
+    done
+}
+
+# cperf PREFIX NET TEST SIZE MTU ITERS [EXTRA] (perftest)
+cperf() {
+    local pre=$1 net=$2 t=$3 sz=$4 mtu=$5 n=$6 x=${7:-} kind role sza="-s $4"
+    case $t in
+        write_bw|read_bw|atomic_bw) kind=bw1 ;;
+        send_bw) kind=bw2 ;;
+        *) kind=lat ;;
+    esac
+    [ $t = atomic_bw ] && sza=
+    for role in server client; do
+        run "$pre-c-$t-s$sz-m$mtu-$role" $role $kind $net "exec:ib_$t -d uroce0 -x 0 -F $sza -n $n -m $mtu $x" \
+            "ib_$t -d rxe0 -x @G -F $sza -n $n -m $mtu $x"
+    done
+}
+
 # perf PREFIX NET TEST SIZE MTU ITERS [EXTRA]
 perf() {
     local pre=$1 net=$2 t=$3 sz=$4 mtu=$5 n=$6 x=${7:-} kind role szu szg
@@ -265,6 +304,17 @@ for t in write_bw read_bw send_bw write_lat send_lat read_lat; do perf v4 v4 $t 
 # --- the defaults a user types ----------------------------------------------------------
 for ty in rc uc ud srq; do ppdef $ty; done
 
+# --- Debian's own binaries on uroce's libibverbs (uroce exec) against rxe -----------------
+if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_pingpong >/dev/null; then
+    for ty in rc uc ud srq; do cpp v4 v4 $ty 4096 1024 100; done
+    cpp v4 v4 rc 65536 4096 20
+    for t in write_bw read_bw send_bw; do cperf v4 v4 $t 65536 1024 100; cperf v4 v4 $t 64 4096 200; done
+    cperf v4 v4 atomic_bw 8 1024 200 "-A FETCH_AND_ADD"
+    for t in write_lat send_lat read_lat; do cperf v4 v4 $t 8 1024 200; done
+else
+    echo "lab-interop: Debian's binaries on uroce skipped (make cabi-release; apt-get install ibverbs-utils perftest)" >&2
+fi
+
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------
 bash "$LAB/loss.sh" $G 5 >/dev/null
@@ -272,6 +322,9 @@ pp loss loss rc 4096 1024 200; pp loss loss rc 65536 4096 20; pp loss loss srq 4
 for t in write_bw read_bw send_bw; do perf loss loss $t 65536 1024 50; done
 perf loss loss atomic_bw 8 4096 100 "-A FETCH_AND_ADD"
 for t in write_lat send_lat read_lat; do perf loss loss $t 4096 1024 100; done
+if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_pingpong >/dev/null; then
+    cpp loss loss rc 4096 1024 200; cperf loss loss write_bw 65536 1024 50; cperf loss loss read_bw 65536 1024 50
+fi
 bash "$LAB/loss.sh" $G off >/dev/null
 
 # --- IPv6 (RoCE GIDs fd99::1 / fd99::12; the TCP exchange still over IPv4) ------------------
@@ -280,6 +333,9 @@ pp v6 v6 rc 65536 1024 20
 for t in write_bw read_bw send_bw; do perf v6 v6 $t 65536 4096 100; perf v6 v6 $t 4096 1024 100; done
 perf v6 v6 atomic_bw 8 4096 100 "-A FETCH_AND_ADD"
 for t in write_lat send_lat read_lat; do perf v6 v6 $t 4096 4096 100; done
+if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_pingpong >/dev/null; then
+    cpp v6 v6 rc 4096 4096 100; cperf v6 v6 write_bw 65536 4096 100; cperf v6 v6 send_lat 8 4096 100
+fi
 
 # --- the raw-frame backend (AF_PACKET: it sees the IPv4 ID, so every ICRC rxe sends is
 #     checked; the UDP backend counts rxe's IPv4 packets as icrc_unverifiable) -------------
