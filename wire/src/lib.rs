@@ -36,6 +36,9 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
 
+// Management datagrams: the Communication Manager on QP1.
+pub mod mad;
+
 pub use error::{Error, Result};
 pub use mtu::Mtu;
 pub use psn::Psn;
