@@ -1,0 +1,8 @@
+//! The CM driven end to end: two agents, a simulated link, virtual time.
+
+mod disconnect;
+mod establish;
+mod faults;
+mod model;
+mod sidr;
+mod support;
