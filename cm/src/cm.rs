@@ -186,7 +186,7 @@ impl Cm {
             sap_supported: false,
             private_data,
         };
-        // IBTA §12.7.27: the requester waits its own packet's round trip plus the time
+        // IBTA §12.7 (CM response timeouts): the requester waits its own packet's round trip plus the time
         // the responder said it needs.
         let timeout = cm_time(plt) * 2 + cm_time(response);
         let mad = format::mad(tid, CmMessage::Req(req));
@@ -401,7 +401,7 @@ impl Cm {
     }
 
     /// Passive side: data arrived on the QP before the RTU (the COMM_EST affiliated event,
-    /// IBTA vol. 1 §12.9.7): REP_SENT or MRA_REP_RCVD to ESTABLISHED, and the REP is no
+    /// IBTA vol. 1 §12.9, the passive side's state machine): REP_SENT or MRA_REP_RCVD to ESTABLISHED, and the REP is no
     /// longer retried. Raises [`CmEvent::Established`].
     pub fn establish(&mut self, _now: Instant, id: CmId) -> Result<(), CmError> {
         let conn = self.live_conn_mut(id)?;
@@ -528,10 +528,10 @@ impl Cm {
         if let Some(s) = self.sidrs.get_mut(&id) {
             s.destroyed = true;
             match s.state {
-                SidrState::ReqSent { request_id, .. } => {
-                    if self.comm_ids.get(&request_id) == Some(&id) {
-                        self.comm_ids.remove(&request_id);
-                    }
+                SidrState::ReqSent { request_id, .. }
+                    if self.comm_ids.get(&request_id) == Some(&id) =>
+                {
+                    self.comm_ids.remove(&request_id);
                 }
                 SidrState::ReqRcvd { request_id } => {
                     let rep = sidr_rep_for(
@@ -802,7 +802,7 @@ impl Cm {
 
     fn on_req(&mut self, now: Instant, from: Gid, tid: u64, req: &ReqRepr) {
         let guid = req.local_ca_guid;
-        // IBTA §12.9.5 / the kernel's cm_match_req: a REQ naming a (comm ID, CA GUID) we
+        // IBTA §12.9 (passive side) / the kernel's cm_match_req: a REQ naming a (comm ID, CA GUID) we
         // already hold is a repeat of one we have seen.
         if let Some(&id) = self.remote_ids.get(&(req.local_comm_id, guid)) {
             self.on_dup_req(id);
@@ -923,7 +923,7 @@ impl Cm {
             // The kernel leaves this to the REP's own timer; answering at once saves the
             // active side a REQ timeout when the first REP was lost.
             ConnState::RepSent(r) | ConnState::MraRepRcvd(r) => Some(r.mad),
-            // IBTA §12.9.8.6: a connection in time-wait refuses to be set up again. The
+            // IBTA §12.9 (time-wait): a connection in time-wait refuses to be set up again. The
             // REJ names the REQ so an active side still waiting for its REP finds it.
             ConnState::Timewait { .. } => {
                 let mut mad = rej_for(
@@ -1130,7 +1130,7 @@ impl Cm {
 
     fn on_dreq(&mut self, now: Instant, from: Gid, tid: u64, dreq: &DreqRepr) {
         let Some(id) = self.lookup_pair(dreq.remote_comm_id, dreq.local_comm_id) else {
-            // IBTA §12.9.8.5: a DREQ for a connection we do not have is answered anyway,
+            // IBTA §12.9 (disconnection): a DREQ for a connection we do not have is answered anyway,
             // so the peer can stop retrying (the kernel counts it a duplicate).
             self.stats.duplicates += 1;
             let drep = drep_for(
@@ -1302,7 +1302,7 @@ impl Cm {
             return;
         }
         match conn.state.kind() {
-            // IBTA §12.9.6: giving up on the REQ or the REP is announced with a timeout
+            // IBTA §12.9 (timeouts): giving up on the REQ or the REP is announced with a timeout
             // REJ carrying our CA GUID, so the peer can find and drop its half.
             CmState::ReqSent | CmState::MraReqRcvd | CmState::RepSent | CmState::MraRepRcvd => {
                 let mad = timeout_rej_for(conn, guid);

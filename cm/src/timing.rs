@@ -4,8 +4,8 @@
 use core::time::Duration;
 
 /// 4.096 µs × 2^`t`: the duration every 5-bit CM timeout field stands for (CM response
-/// timeouts, service timeouts, packet lifetimes, ACK timeouts; IBTA vol. 1 §12.6.5 and
-/// §12.7.8). Exponents above 31 count as 31.
+/// timeouts, service timeouts, packet lifetimes, ACK timeouts; IBTA vol. 1 §12.6 and
+/// §12.7). Exponents above 31 count as 31.
 ///
 /// The kernel's `cm_convert_to_ms` rounds this to a power of two of milliseconds
 /// (2^(t-8) ms, at least 1 ms); uroce uses the exact value.

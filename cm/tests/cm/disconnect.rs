@@ -321,3 +321,40 @@ fn destroy_in_each_state_sends_what_the_kernel_sends() {
     assert_eq!(n.b.state(b), Some(CmState::Idle));
     assert_eq!(n.a.poll_timeout(), None, "forgotten after time-wait");
 }
+
+#[test]
+fn rep_from_a_qp_still_connected_is_rejected_as_stale() {
+    let mut n = Net::auto(54);
+    let (old, _) = n.establish();
+    // B restarts, forgetting the connection, and accepts A's next REQ with the same QPN.
+    n.restart(Side::B, 0xbeef);
+    n.b.listen(SERVICE).unwrap();
+    let a2 = n.connect();
+    n.run_for(Duration::from_millis(1));
+    let rejs = n.sent(Side::A, attr::REJ);
+    assert_eq!(rejs.len(), 1);
+    let CmMessage::Rej(r) = rejs[0].mad.message else {
+        unreachable!()
+    };
+    assert_eq!(r.reason, RejReason::STALE_CONN);
+    assert_eq!(r.message_rejected, MsgResponse::REP);
+    assert_eq!(n.a.stats().drops.stale, 1);
+    // A's old connection is ended (the restarted B answers its DREQ without knowing it)...
+    assert_eq!(n.count(Side::A, attr::DREQ), 1);
+    assert_eq!(n.a.state(old), Some(CmState::Timewait));
+    // ...and the new one, whose REP was refused, still waits for a usable one. B's half
+    // went to time-wait on the stale REJ (2.1 s), which is over when the REQ is retried
+    // (6.4 s): the retry makes a fresh connection, and the QPN is free by then.
+    assert_eq!(n.a.state(a2), Some(CmState::ReqSent));
+    let b_first = n.passive_id();
+    assert_eq!(n.b.state(b_first), Some(CmState::Timewait));
+    n.run_until(Duration::from_secs(30), |n| {
+        n.a.state(a2) == Some(CmState::Established)
+    });
+    assert_eq!(n.a.state(a2), Some(CmState::Established));
+    assert_eq!(
+        n.count(Side::A, attr::REQ),
+        3,
+        "the old connection's REQ, the new one's, and its retry"
+    );
+}

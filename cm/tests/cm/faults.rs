@@ -404,3 +404,24 @@ fn mra_then_silence_retries_at_the_extended_interval() {
         .iter()
         .any(|e| matches!(e, CmEvent::Unreachable { .. })));
 }
+
+#[test]
+fn duplicate_rej_is_a_counted_drop() {
+    let mut n = Net::auto(38);
+    n.policy_b.reject = Some(RejReason::CONSUMER_DEFINED);
+    n.dup_nth(Side::B, attr::REJ, 1, DUP_GAP);
+    let a = n.connect();
+    n.run_for(Duration::from_millis(5));
+    assert_eq!(n.a.state(a), Some(CmState::Idle));
+    let rejected = n
+        .events_of(Side::A)
+        .iter()
+        .filter(|e| matches!(e, CmEvent::Rejected { .. }))
+        .count();
+    assert_eq!(rejected, 1);
+    assert_eq!(
+        n.a.stats().drops.unknown_comm_id,
+        1,
+        "the copy finds no connection"
+    );
+}
