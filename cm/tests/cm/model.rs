@@ -24,6 +24,7 @@ fn passive_ids(n: &Net) -> Vec<CmId> {
 #[test]
 fn random_loss_and_duplicates_always_end_with_both_sides_agreeing() {
     let lost = std::cell::Cell::new(0usize);
+    let failed = std::cell::Cell::new(0usize);
     let retried = std::cell::Cell::new(0u64);
     for_seeds(0..400, |seed| {
         let mut r = ChaCha8Rng::seed_from_u64(seed ^ 0x6d6f_6465);
@@ -33,6 +34,12 @@ fn random_loss_and_duplicates_always_end_with_both_sides_agreeing() {
         n.reorder = r.gen_range(0.0..0.3);
         if r.gen_bool(0.3) {
             n.policy_b.mra_first = Some(r.gen_range(0..22));
+        }
+        // A third of the runs lose everything B sends for up to 200 s: longer than A's
+        // 16 REQs (103 s) makes the connection fail, shorter lets it through late.
+        if r.gen_bool(0.33) {
+            let until = n.now + Duration::from_millis(r.gen_range(0..200_000));
+            n.blackout = Some((Side::B, until));
         }
         let a = n.connect();
         n.run_to_quiet(QUIET);
@@ -46,10 +53,11 @@ fn random_loss_and_duplicates_always_end_with_both_sides_agreeing() {
             .filter(|&b| n.b.state(b) == Some(CmState::Established))
             .collect();
         let ctx = format!(
-            "seed {seed}: loss {:.2} dup {:.2} reorder {:.2}; A {:?}, B {:?}",
+            "seed {seed}: loss {:.2} dup {:.2} reorder {:.2} blackout {:?}; A {:?}, B {:?}",
             n.loss,
             n.dup,
             n.reorder,
+            n.blackout,
             n.a.state(a),
             bs.iter().map(|&b| n.b.state(b)).collect::<Vec<_>>()
         );
@@ -58,6 +66,7 @@ fn random_loss_and_duplicates_always_end_with_both_sides_agreeing() {
         assert_eq!(n.a.poll_timeout(), None, "{ctx}");
         assert_eq!(n.b.poll_timeout(), None, "{ctx}");
         if !a_est {
+            failed.set(failed.get() + 1);
             assert_eq!(n.a.state(a), Some(CmState::Idle), "{ctx}");
             for &b in &bs {
                 assert_eq!(n.b.state(b), Some(CmState::Idle), "{ctx}");
@@ -108,6 +117,10 @@ fn random_loss_and_duplicates_always_end_with_both_sides_agreeing() {
             "the link lost too little to test anything"
         );
         assert!(retried.get() > 100);
+        assert!(
+            failed.get() > 10,
+            "no run failed to connect: the failure paths went untested"
+        );
     }
 }
 

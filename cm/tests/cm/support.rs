@@ -134,6 +134,8 @@ pub struct Net {
     pub events: Vec<(Instant, Side, CmEvent)>,
     pub policy_a: Policy,
     pub policy_b: Policy,
+    /// Everything `.0` sends before `.1` is lost (a one-way outage).
+    pub blackout: Option<(Side, Instant)>,
 }
 
 pub fn config(side: Side, seed: u64) -> CmConfig {
@@ -168,6 +170,7 @@ impl Net {
             events: Vec::new(),
             policy_a: Policy::MANUAL,
             policy_b: Policy::MANUAL,
+            blackout: None,
         }
     }
 
@@ -238,7 +241,10 @@ impl Net {
                 action = Some(r.action);
             }
         }
-        let mut dropped = matches!(action, Some(Action::Drop));
+        let mut dropped = matches!(action, Some(Action::Drop))
+            || self
+                .blackout
+                .is_some_and(|(side, until)| side == from && self.now < until);
         if action.is_none() && self.loss > 0.0 && self.rng.gen_bool(self.loss) {
             dropped = true;
         }
