@@ -48,7 +48,7 @@ pub struct CmConfig {
     pub max_cm_retries: u8,
     /// The packet lifetime exponent of every path (RoCE has no SA to ask): 4.096 µs ×
     /// 2^t. Default 18 (~1.07 s), rdma_cm's `CMA_IBOE_PACKET_LIFETIME` in Linux 6.1
-    /// (6.2 lowered it to 16).
+    /// (a patch from late 2022 lowers it to 16 in later kernels).
     pub packet_lifetime: u8,
     /// This CA's local ACK delay exponent, used for the REQ's Local ACK Timeout when the
     /// caller leaves it 0 (see [`crate::cm_ack_timeout`]). Default 15, rxe's
