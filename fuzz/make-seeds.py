@@ -11,6 +11,9 @@ rxe produced is represented, without thousands of near-identical files:
                            source and destination address (4 or 16 bytes each),
                            IPv4 identification (2 bytes, big-endian; IPv6: absent),
                            UDP source port (2 bytes), then the UDP payload
+  seeds/fuzz_mad/          one 256-byte CM MAD per attribute ID the captures hold (UD SEND
+                           Only to QP1), the same MAD with the attribute IDs of MRA and REJ
+                           patched in, and the 36-byte RDMA CM header of a REQ
 """
 import hashlib
 import os
@@ -38,6 +41,28 @@ def write(target, blob):
     name = hashlib.sha1(blob).hexdigest()[:16]
     with open(os.path.join(d, name), "wb") as f:
         f.write(blob)
+
+
+MAD_OFFSET = 12 + 8  # BTH + DETH of a UD SEND Only
+MAD_LEN = 256
+CMA_OFFSET = 24 + 140  # common MAD header + a REQ's fixed part
+mads_seen = set()
+
+
+def write_mad_seeds(payload):
+    if payload[0] != 0x64 or payload[5:8] != b"\x00\x00\x01" or len(payload) < MAD_OFFSET + MAD_LEN:
+        return
+    mad = payload[MAD_OFFSET:MAD_OFFSET + MAD_LEN]
+    attr = struct.unpack(">H", mad[16:18])[0]
+    if attr in mads_seen:
+        return
+    mads_seen.add(attr)
+    write("fuzz_mad", mad)
+    if attr == 0x0010:
+        write("fuzz_mad", mad[CMA_OFFSET:CMA_OFFSET + 36])
+    if attr == 0x0014:  # an RTU's bytes read as an MRA and as a REJ
+        for other in (0x0011, 0x0012):
+            write("fuzz_mad", mad[:16] + struct.pack(">H", other) + mad[18:])
 
 
 seen = set()
@@ -70,6 +95,7 @@ for cap in sorted(os.listdir(capdir)):
         if struct.unpack(">H", fr[u + 2:u + 4])[0] != 4791:
             continue
         payload = fr[u + 8:end]
+        write_mad_seeds(payload)
         opcode = payload[0]
         aeth = payload[12] >> 5 if len(payload) > 16 else None
         key = (cap, opcode, aeth)
@@ -81,3 +107,4 @@ for cap in sorted(os.listdir(capdir)):
         write("fuzz_udp_payload", fam + src + dst + ident + fr[u:u + 2] + payload)
 
 print(f"{len(seen)} seeds per target written under {os.path.join(here, 'seeds')}")
+print(f"{len(mads_seen)} CM attribute IDs seen for fuzz_mad")
