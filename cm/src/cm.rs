@@ -298,7 +298,7 @@ impl Cm {
     }
 
     /// [`Cm::reject`] with Additional Rejection Information (at most 72 bytes), e.g. the
-    /// local GID with [`RejReason::INVALID_GID`].
+    /// local GID with [`RejReason::INVALID_GID.0`].
     pub fn reject_with_info(
         &mut self,
         now: Instant,
@@ -538,7 +538,7 @@ impl Cm {
                         s.tid,
                         request_id,
                         s.service_id,
-                        SidrStatus::REJECT,
+                        SidrStatus::REJECT.0,
                         0,
                         0,
                         [0; SIDR_REP_PRIVATE_DATA_LEN],
@@ -577,7 +577,7 @@ impl Cm {
             CmState::ReqRcvd | CmState::MraReqSent | CmState::RepRcvd | CmState::MraRepSent => {
                 let mad = rej_for(
                     conn,
-                    RejReason::CONSUMER_DEFINED,
+                    RejReason::CONSUMER_DEFINED.0,
                     [0; REJ_ARI_LEN],
                     0,
                     [0; REJ_PRIVATE_DATA_LEN],
@@ -588,7 +588,7 @@ impl Cm {
             CmState::RepSent | CmState::MraRepRcvd => {
                 let mad = rej_for(
                     conn,
-                    RejReason::CONSUMER_DEFINED,
+                    RejReason::CONSUMER_DEFINED.0,
                     [0; REJ_ARI_LEN],
                     0,
                     [0; REJ_PRIVATE_DATA_LEN],
@@ -818,7 +818,7 @@ impl Cm {
                 0,
                 req.local_comm_id,
                 MsgResponse::REQ,
-                RejReason::STALE_CONN,
+                RejReason::STALE_CONN.0,
             );
             self.dreq_if_established(now, other);
             return;
@@ -830,7 +830,7 @@ impl Cm {
                 0,
                 req.local_comm_id,
                 MsgResponse::REQ,
-                RejReason::INVALID_SERVICE_ID,
+                RejReason::INVALID_SERVICE_ID.0,
             );
             return;
         };
@@ -843,7 +843,7 @@ impl Cm {
                     0,
                     req.local_comm_id,
                     MsgResponse::REQ,
-                    RejReason::INVALID_TRANSPORT_TYPE,
+                    RejReason::INVALID_TRANSPORT_TYPE.0,
                 );
                 return;
             }
@@ -855,7 +855,7 @@ impl Cm {
                 0,
                 req.local_comm_id,
                 MsgResponse::REQ,
-                RejReason::INVALID_MTU,
+                RejReason::INVALID_MTU.0,
             );
             return;
         };
@@ -928,7 +928,7 @@ impl Cm {
             ConnState::Timewait { .. } => {
                 let mut mad = rej_for(
                     conn,
-                    RejReason::STALE_CONN,
+                    RejReason::STALE_CONN.0,
                     [0; REJ_ARI_LEN],
                     0,
                     [0; REJ_PRIVATE_DATA_LEN],
@@ -976,7 +976,7 @@ impl Cm {
                     rep.remote_comm_id,
                     rep.local_comm_id,
                     MsgResponse::REP,
-                    RejReason::STALE_CONN,
+                    RejReason::STALE_CONN.0,
                 );
                 self.dreq_if_established(now, other);
                 return;
@@ -1081,7 +1081,7 @@ impl Cm {
         // cm_acquire_rejected_id): a timeout REJ carries the sender's CA GUID in its ARI and
         // is found by the sender's comm ID; a REJ of our REQ by our comm ID alone (we do
         // not know the peer's yet); any other by both comm IDs.
-        let id = if rej.reason == RejReason::TIMEOUT {
+        let id = if rej.reason == RejReason::TIMEOUT.0 {
             let mut g = [0u8; 8];
             g.copy_from_slice(&rej.ari[..8]);
             self.remote_ids
@@ -1106,7 +1106,7 @@ impl Cm {
             | CmState::RepSent
             | CmState::MraRepRcvd
             | CmState::ReqRcvd
-            | CmState::MraReqSent => rej.reason == RejReason::STALE_CONN,
+            | CmState::MraReqSent => rej.reason == RejReason::STALE_CONN.0,
             // The QP may already carry traffic: hold the comm ID a while.
             CmState::DreqSent | CmState::RepRcvd | CmState::MraRepSent | CmState::Established => {
                 true
@@ -1219,7 +1219,7 @@ impl Cm {
                 tid,
                 req.request_id,
                 req.service_id,
-                SidrStatus::UNSUPPORTED,
+                SidrStatus::UNSUPPORTED.0,
                 0,
                 0,
                 [0; SIDR_REP_PRIVATE_DATA_LEN],
@@ -1557,7 +1557,13 @@ fn rej_for(
 fn timeout_rej_for(conn: &Conn, guid: u64) -> CmMad {
     let mut ari = [0u8; REJ_ARI_LEN];
     ari[..8].copy_from_slice(&guid.to_be_bytes());
-    rej_for(conn, RejReason::TIMEOUT, ari, 8, [0; REJ_PRIVATE_DATA_LEN])
+    rej_for(
+        conn,
+        RejReason::TIMEOUT.0,
+        ari,
+        8,
+        [0; REJ_PRIVATE_DATA_LEN],
+    )
 }
 
 fn drep_for(tid: u64, local: u32, remote: u32, pd: [u8; DREP_PRIVATE_DATA_LEN]) -> CmMad {

@@ -29,7 +29,7 @@ OUTDIR=${OUTDIR:-$ROOT/target/lab-interop}
 CT=${CASE_TIMEOUT:-120}
 BACKEND=                   # uroce's backend flag for the next cases (--backend raw below)
 G=2                        # the guest uroce faces
-GIP=10.99.0.12
+GIP=10.99.0.12 GIP6=fd99::12
 HOST4=10.99.0.1 HOST6=fd99::1
 USE_LAB=0 KEEP_LAB=0 PATTERN=
 for a in "$@"; do
@@ -45,7 +45,7 @@ mkdir -p "$OUTDIR"
 
 gsh() { bash "$LAB/guest.sh" "$@"; }
 ns() { ip netns exec rxelab "$@"; }
-PROGS="ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
+PROGS="rping udaddy ucmatose rstream ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
 cleanup_guest() { gsh $G "for p in $PROGS; do killall -q \$p; done; true" >/dev/null 2>&1; }
 
 teardown() {
@@ -74,6 +74,27 @@ wait_port() {
     while [ "$(date +%s)" -lt "$end" ]; do
         if [ "$where" = h ]; then ns ss -ltn | grep -q ":$port " && return 0
         else gsh $G "netstat -ltn | grep -q ':$port '" && return 0; fi
+        sleep 0.2
+    done
+    return 1
+}
+
+# wait until uroce's device on the host address $1 has its UDP port 4791 (an rdma_cm
+# server binds and listens in one step), at most $2 s
+wait_udp() {
+    local end=$(( $(date +%s) + $2 )) pat=":4791 "
+    while [ "$(date +%s)" -lt "$end" ]; do
+        ns ss -uln | grep -q -- "$1\]\?$pat" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait until an rdma_cm id listens in the guest (the kernel's `rdma res show cm_id`)
+wait_listen() {
+    local end=$(( $(date +%s) + $1 ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+        gsh $G "rdma res show cm_id" 2>/dev/null | grep -q LISTEN && return 0
         sleep 0.2
     done
     return 1
@@ -117,6 +138,13 @@ verdict() {
                     || { echo "rows differ: uroce '$a' rxe '$b'"; return 1; }
             fi
             echo "$(echo $a | awk '{print $1 " B x " $2 ", BW avg uroce " $4}') rxe $(echo $b | awk '{print $4}') MB/s" ;;
+        rping*)   # rping -v: the client prints "ping data: ..." per ping, the server
+            # "server ping data: ...": both sides saw every ping (rpingN: N pings)
+            local n=${kind#rping}
+            a=$(grep -c '^ping data: rdma-ping-' "$u" "$g" | awk -F: '{s+=$2} END {print s+0}')
+            b=$(grep -c '^server ping data: rdma-ping-' "$u" "$g" | awk -F: '{s+=$2} END {print s+0}')
+            [ "$a" = "$n" ] && [ "$b" = "$n" ] || { echo "pings: client saw $a, server $b, of $n"; return 1; }
+            echo "$n pings over the kernel CM, READ and WRITE checked (-V) on the client" ;;
         lat)
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] || [ -n "$b" ] || { echo "no result row"; return 1; }
@@ -133,6 +161,7 @@ verdict() {
 # Debian's own binaries on uroce's drop-in libibverbs (`uroce exec`). Reads $uargs.
 host_cmd() {
     case $uargs in
+        cm:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" ${uargs#cm:} -a ${2:-$1} ;;
         exec:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" exec -- ${uargs#exec:} ${2:-} ;;
         *) ns timeout $CT "$UROCE" $uargs $BACKEND --ip $1 --timeout 30 ${2:-} ;;
     esac
@@ -148,19 +177,26 @@ run() {
     local port=18515 urc grc det upid gpid
     [ $net = v6 ] && { ip=$HOST6; gidx=$GID6; }
     [ $net = raw ] && [ "${uargs#exec:}" = "$uargs" ] && uargs="$uargs --stats"
+    local gip=$GIP hip=$HOST4
+    [ $net = v6 ] && { gip=$GIP6; hip=$HOST6; }
+    gcmd=${gcmd//@GIP/$gip}
     gcmd=${gcmd//@G/$gidx}
     case $uargs in *"-p "*) port=$(echo "$uargs" | sed 's/.*-p \([0-9]*\).*/\1/') ;; esac
-    [ $net = loss ] && [ "${uargs#exec:}" = "$uargs" ] && uargs="$uargs --stats"
+    [ $net = loss ] && [ "${uargs#exec:}" = "$uargs" ] && [ "${uargs#cm:}" = "$uargs" ] && uargs="$uargs --stats"
     # When uroce fails, the guest program is stopped at once (rxe would retry forever).
     if [ $role = server ]; then
         host_cmd $ip > "$u" 2>&1 & upid=$!
-        wait_port h $port 10
-        gsh $G "timeout $CT $gcmd $HOST4" > "$g" 2>&1 & gpid=$!
+        case $uargs in
+            cm:*) wait_udp $ip 10; gsh $G "timeout $CT $gcmd $hip" > "$g" 2>&1 & gpid=$! ;;
+            *) wait_port h $port 10; gsh $G "timeout $CT $gcmd $HOST4" > "$g" 2>&1 & gpid=$! ;;
+        esac
         wait $upid; urc=$?
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
-        wait_port g $port 30
-        host_cmd $ip $GIP > "$u" 2>&1; urc=$?
+        case $uargs in
+            cm:*) wait_listen 30; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
+            *) wait_port g $port 30; host_cmd $ip $GIP > "$u" 2>&1; urc=$? ;;
+        esac
     fi
     [ $urc -ne 0 ] && cleanup_guest
     wait $gpid; grc=$?
@@ -171,7 +207,7 @@ run() {
             det="$det; raw backend: ${rx:-?} packets in, icrc_unverifiable ${un:-?}, icrc_drops ${bad:-?}"
             [ "${un:-x}" = 0 ] || { FAIL=$((FAIL + 1)); printf 'FAIL %-34s %5ss  %s\n' "$name" "$secs" "$det (ICRC not checked)"; return; }
         fi
-        if [ $net = loss ]; then
+        if [ $net = loss ] && [ "${uargs#cm:}" = "$uargs" ]; then
             local rt=$(awk '$1=="retransmits"{print $2; exit}' "$u") ne=$(awk '$1=="seq_err_naks_sent"{print $2; exit}' "$u")
             det="$det; uroce retransmits ${rt:-?}, seq NAKs sent ${ne:-?}"
         fi
@@ -315,6 +351,15 @@ else
     echo "lab-interop: Debian's binaries on uroce skipped (make cabi-release; apt-get install ibverbs-utils perftest)" >&2
 fi
 
+# --- rdma_cm: uroce rping (the IB CM on QP1) against librdmacm's rping on the kernel CM ---
+# cmrping NET COUNT SIZE
+cmrping() {
+    local net=$1 n=$2 sz=$3
+    run "$net-cm-rping-C$n-S$sz-server" server rping$n $net "cm:rping -s -v -S $sz" "rping -c -v -V -C $n -S $sz -a"
+    run "$net-cm-rping-C$n-S$sz-client" client rping$n $net "cm:rping -c -v -V -C $n -S $sz" "rping -s -v -S $sz -a @GIP"
+}
+cmrping v4 10 64; cmrping v4 100 4096; cmrping v6 10 64
+
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------
 bash "$LAB/loss.sh" $G 5 >/dev/null
@@ -325,6 +370,7 @@ for t in write_lat send_lat read_lat; do perf loss loss $t 4096 1024 100; done
 if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_pingpong >/dev/null; then
     cpp loss loss rc 4096 1024 200; cperf loss loss write_bw 65536 1024 50; cperf loss loss read_bw 65536 1024 50
 fi
+cmrping loss 50 4096
 bash "$LAB/loss.sh" $G off >/dev/null
 
 # --- IPv6 (RoCE GIDs fd99::1 / fd99::12; the TCP exchange still over IPv4) ------------------

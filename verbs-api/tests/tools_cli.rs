@@ -904,3 +904,67 @@ fn perf_q_counts_every_qp_and_a_sweeps_every_size() {
         assert_eq!(sizes, want, "{out}");
     }
 }
+
+/// `uroce rping` as two processes, each with only its own device (as two hosts): the
+/// client retries while the server is not yet listening (its REQ is rejected with
+/// reason 8, invalid service ID), then 10 pings go through the IB CM and rping's
+/// READ/WRITE protocol, checked with -V, and both exit 0 after the disconnect.
+#[test]
+fn rping_two_processes_connect_with_the_cm_and_validate_every_ping() {
+    let (s_ip, c_ip) = ("127.22.40.1", "127.22.40.2");
+    let server = uroce()
+        .env("UROCE_DEVICES", format!("s={s_ip}"))
+        .args([
+            "rping",
+            "-s",
+            "-v",
+            "-a",
+            s_ip,
+            "-p",
+            "7180",
+            "--timeout",
+            "30",
+        ])
+        .spawn()
+        .expect("spawn server");
+    let mut tries = 0;
+    let client = loop {
+        let o = wait(
+            uroce()
+                .env("UROCE_DEVICES", format!("c={c_ip}"))
+                .args([
+                    "rping", "-c", "-v", "-V", "-C", "10", "-a", s_ip, "-p", "7180",
+                ])
+                .spawn()
+                .expect("spawn client"),
+            "rping client",
+        );
+        let (_, err) = text(&o);
+        tries += 1;
+        if o.status.success()
+            || !(err.contains("REJECTED") || err.contains("UNREACHABLE"))
+            || tries > 100
+        {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = assert_ok(&client, "rping client");
+    let pings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), 10, "{out}");
+    assert!(
+        pings[0].starts_with("ping data: rdma-ping-0: ABCDEF"),
+        "{out}"
+    );
+    let sout = assert_ok(&wait(server, "rping server"), "rping server");
+    assert_eq!(
+        sout.lines()
+            .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+            .count(),
+        10,
+        "{sout}"
+    );
+}

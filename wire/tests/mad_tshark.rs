@@ -809,8 +809,10 @@ fn every_cm_message_dissects_with_the_same_fields() {
 // Linux's own MADs.
 // ---------------------------------------------------------------------------------------
 
-/// Every MAD in the rxe captures (Linux 6.1's CM: REQ, REP, RTU, DREQ, DREP, SIDR_REQ,
-/// SIDR_REP) parses, and re-emits byte for byte: Linux sends every reserved bit zero.
+/// Every MAD in the rxe captures (Linux 6.1's CM: REQ, REP, RTU, REJ, DREQ, DREP,
+/// SIDR_REQ, SIDR_REP, over IPv4 and IPv6, between two rxe guests and between rxe and
+/// uroce) parses, and re-emits byte for byte: Linux and uroce send every reserved bit
+/// zero.
 #[test]
 fn linux_cm_mads_parse_and_reemit_byte_for_byte() {
     let dir = match std::env::var_os("UROCE_CAPTURES") {
@@ -844,12 +846,15 @@ fn linux_cm_mads_parse_and_reemit_byte_for_byte() {
             assert_eq!(mad.to_bytes()[..], payload[..], "{}", path.display());
             if let CmMessage::Req(req) = &mad.message {
                 let cma = req.cma_header().expect("rdma_cm REQs carry a CM header");
-                assert_eq!(cma.ip_version, 4);
+                let v6 = matches!(f.ip, uroce_wire::IpRepr::Ipv6(_));
+                assert_eq!(cma.ip_version, if v6 { 6 } else { 4 }, "{}", path.display());
             }
             *seen.entry(mad.message.name()).or_default() += 1;
         }
     }
-    for kind in ["REQ", "REP", "RTU", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP"] {
+    for kind in [
+        "REQ", "REP", "RTU", "REJ", "DREQ", "DREP", "SIDR_REQ", "SIDR_REP",
+    ] {
         assert!(
             seen.contains_key(kind),
             "no {kind} in the captures: {seen:?}"

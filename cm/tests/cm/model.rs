@@ -290,7 +290,7 @@ fn random_messages_in_every_state_never_panic() {
                 let _ = match r.gen_range(0..6) {
                     0 => n.a.disconnect(now, h, &[]),
                     1 => n.a.ready_to_use(now, h, &[]),
-                    2 => n.a.reject(now, h, RejReason::CONSUMER_DEFINED, &[]),
+                    2 => n.a.reject(now, h, RejReason::CONSUMER_DEFINED.0, &[]),
                     3 => n.a.send_mra(now, h, 3),
                     4 => n.a.establish(now, h),
                     _ => {

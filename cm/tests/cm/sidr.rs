@@ -30,7 +30,7 @@ fn sidr_request_gets_the_qpn_and_q_key() {
     assert_eq!(n.a.state(s), Some(CmState::SidrReqSent));
     n.run_to_quiet(Duration::from_secs(1));
     let rep = reply(&n).expect("SIDR_REP");
-    assert_eq!(rep.status, SidrStatus::SUCCESS);
+    assert_eq!(rep.status, SidrStatus::OK.0);
     assert_eq!(
         (rep.qpn, rep.q_key, rep.service_id),
         (0x77, 0x1234, SERVICE)
@@ -57,7 +57,7 @@ fn sidr_to_no_listener_answers_service_id_not_supported() {
     n.a.sidr_request(now, sidr_params()).unwrap();
     n.run_to_quiet(Duration::from_secs(1));
     let rep = reply(&n).expect("SIDR_REP");
-    assert_eq!(rep.status, SidrStatus::UNSUPPORTED);
+    assert_eq!(rep.status, SidrStatus::UNSUPPORTED.0);
     assert_eq!(rep.service_id, SERVICE);
     assert!(n.events_of(Side::B).is_empty());
 }
@@ -125,5 +125,5 @@ fn destroying_an_unanswered_sidr_req_rejects_it() {
     let now = n.now;
     n.b.destroy(now, id);
     n.run_for(Duration::from_millis(1));
-    assert_eq!(reply(&n).unwrap().status, SidrStatus::REJECT);
+    assert_eq!(reply(&n).unwrap().status, SidrStatus::REJECT.0);
 }

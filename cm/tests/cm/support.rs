@@ -343,7 +343,7 @@ impl Net {
                     now,
                     id,
                     SidrReply {
-                        status: SidrStatus::SUCCESS,
+                        status: SidrStatus::OK.0,
                         qpn: 0x77,
                         q_key: 0x1234,
                         private_data: b"sidr".to_vec(),

@@ -6,6 +6,7 @@
 //! - `uroce devices`: the devices and GIDs the tools would open (`ibv_devinfo`).
 //! - `uroce pingpong`: rdma-core's `ibv_{rc,uc,ud,srq}_pingpong`, same flags and exchange.
 //! - `uroce perf`: perftest's bandwidth and latency tests, same flags and tables.
+//! - `uroce rping`: librdmacm's `rping` over the RDMA CM, same flags and protocol.
 //! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
 //! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
 //!
@@ -21,6 +22,7 @@ mod pcap;
 mod pcapout;
 mod perf;
 mod pingpong;
+mod rping;
 mod sim;
 mod stat;
 
@@ -70,6 +72,11 @@ enum Command {
     /// perftest's tests (`ib_write_bw`, `ib_send_lat`, ...) with their flags, TCP exchange
     /// and result tables.
     Perf(perf::PerfArgs),
+    /// librdmacm's `rping` (`-s` server, `-c` client, `-a ADDR`, `-p PORT`, `-C COUNT`,
+    /// `-S SIZE`, `-v`, `-V`): connects with the RDMA CM (IB CM on QP1) and runs rping's
+    /// READ/WRITE ping protocol, so it faces the unmodified program on kernel rxe.
+    #[command(disable_version_flag = true)]
+    Rping(rping::RpingArgs),
     /// Run a short RC pingpong between 127.0.0.1 and 127.0.0.2 and print the counters of
     /// both devices and QPs (every traffic command also takes `--stats`).
     Stat(stat::StatArgs),
@@ -108,6 +115,7 @@ fn main() -> ExitCode {
         Command::Devices(args) => report(devices::run(&args)),
         Command::Pingpong(args) => report(pingpong::run(&args)),
         Command::Perf(args) => report(perf::run(&args)),
+        Command::Rping(args) => report(rping::run(&args)),
         Command::Stat(args) => report(stat::run(&args)),
         Command::Exec(args) => report(exec::run(&args)),
         Command::Sim(args) => match args.workload() {
