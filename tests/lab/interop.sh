@@ -145,6 +145,11 @@ verdict() {
             b=$(grep -c '^server ping data: rdma-ping-' "$u" "$g" | awk -F: '{s+=$2} END {print s+0}')
             [ "$a" = "$n" ] && [ "$b" = "$n" ] || { echo "pings: client saw $a, server $b, of $n"; return 1; }
             echo "$n pings over the kernel CM, READ and WRITE checked (-V) on the client" ;;
+        udaddy)   # both ends counted every completion and said so
+            grep -q '^return status 0' "$u" && grep -q '^return status 0' "$g" \
+                && grep -q '^data transfers complete' "$u" && grep -q '^data transfers complete' "$g" \
+                || { echo "udaddy: uroce '$(tail -1 "$u")' rxe '$(tail -1 "$g")'"; return 1; }
+            echo "every datagram each way over SIDR-resolved UD QPs" ;;
         lat)
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] || [ -n "$b" ] || { echo "no result row"; return 1; }
@@ -161,7 +166,7 @@ verdict() {
 # Debian's own binaries on uroce's drop-in libibverbs (`uroce exec`). Reads $uargs.
 host_cmd() {
     case $uargs in
-        cm:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" ${uargs#cm:} -a ${2:-$1} ;;
+        cm:*) local a=${uargs#cm:}; ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" ${a//@A/${2:-$1}} ;;
         exec:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" exec -- ${uargs#exec:} ${2:-} ;;
         *) ns timeout $CT "$UROCE" $uargs $BACKEND --ip $1 --timeout 30 ${2:-} ;;
     esac
@@ -355,10 +360,17 @@ fi
 # cmrping NET COUNT SIZE
 cmrping() {
     local net=$1 n=$2 sz=$3
-    run "$net-cm-rping-C$n-S$sz-server" server rping$n $net "cm:rping -s -v -S $sz" "rping -c -v -V -C $n -S $sz -a"
-    run "$net-cm-rping-C$n-S$sz-client" client rping$n $net "cm:rping -c -v -V -C $n -S $sz" "rping -s -v -S $sz -a @GIP"
+    run "$net-cm-rping-C$n-S$sz-server" server rping$n $net "cm:rping -s -v -S $sz -a @A" "rping -c -v -V -C $n -S $sz -a"
+    run "$net-cm-rping-C$n-S$sz-client" client rping$n $net "cm:rping -c -v -V -C $n -S $sz -a @A" "rping -s -v -S $sz -a @GIP"
+}
+# cmudaddy NET CONNECTIONS COUNT SIZE: UD QPs by SIDR
+cmudaddy() {
+    local net=$1 c=$2 n=$3 sz=$4
+    run "$net-cm-udaddy-c$c-C$n-S$sz-server" server udaddy $net "cm:udaddy -b @A -c $c -C $n -S $sz" "udaddy -c $c -C $n -S $sz -s"
+    run "$net-cm-udaddy-c$c-C$n-S$sz-client" client udaddy $net "cm:udaddy -s @A -c $c -C $n -S $sz" "udaddy -b @GIP -c $c -C $n -S $sz"
 }
 cmrping v4 10 64; cmrping v4 100 4096; cmrping v6 10 64
+cmudaddy v4 1 10 100; cmudaddy v4 4 50 1024; cmudaddy v6 2 10 100
 
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------

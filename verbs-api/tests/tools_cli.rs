@@ -968,3 +968,43 @@ fn rping_two_processes_connect_with_the_cm_and_validate_every_ping() {
         "{sout}"
     );
 }
+
+/// `uroce udaddy` as two processes: 3 UD connections resolved by SIDR, 20 datagrams each
+/// way on each; both print udaddy's lines and `return status 0`.
+#[test]
+fn udaddy_two_processes_resolve_ud_qps_by_sidr_and_exchange_datagrams() {
+    let (s_ip, c_ip) = ("127.22.41.1", "127.22.41.2");
+    let server = uroce()
+        .env("UROCE_DEVICES", format!("s={s_ip}"))
+        .args(["udaddy", "-b", s_ip, "-p", "7181", "-c", "3", "-C", "20"])
+        .spawn()
+        .expect("spawn server");
+    let mut tries = 0;
+    let client = loop {
+        let o = wait(
+            uroce()
+                .env("UROCE_DEVICES", format!("c={c_ip}"))
+                .args(["udaddy", "-s", s_ip, "-p", "7181", "-c", "3", "-C", "20"])
+                .spawn()
+                .expect("spawn client"),
+            "udaddy client",
+        );
+        let (out, err) = text(&o);
+        tries += 1;
+        let not_yet = out.contains("UNREACHABLE") || err.contains("UNREACHABLE");
+        if o.status.success() || !not_yet || tries > 100 {
+            break o;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = assert_ok(&client, "udaddy client");
+    assert!(
+        out.contains("data transfers complete\ntest complete\nreturn status 0"),
+        "{out}"
+    );
+    let sout = assert_ok(&wait(server, "udaddy server"), "udaddy server");
+    assert!(
+        sout.contains("receiving data transfers\nsending replies\ndata transfers complete"),
+        "{sout}"
+    );
+}

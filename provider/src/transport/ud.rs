@@ -59,6 +59,29 @@ pub const GRH_TRAFFIC_CLASS: u8 = 0;
 /// The IPv6 flow label written into the GRH (not reported by a UDP socket; rxe sends 0).
 pub const GRH_FLOW_LABEL: u32 = 0;
 
+/// The sender's address from the 40-byte GRH area of a UD receive buffer, the inverse of
+/// [`grh`] (what `ibv_init_ah_from_wc(3)` reads): an IPv6 header's source (version 6 in
+/// byte 0's high nibble; an IPv4-mapped one as IPv4), else the IPv4 header in the last 20
+/// bytes (version 4 at byte 20). `None` when neither is there or `grh` is short.
+pub fn grh_source(grh: &[u8]) -> Option<IpAddr> {
+    if grh.len() < GRH_LEN {
+        return None;
+    }
+    if grh[0] >> 4 == 6 {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&grh[8..24]);
+        let v6 = std::net::Ipv6Addr::from(a);
+        return Some(match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        });
+    }
+    if grh[20] >> 4 == 4 {
+        return Some(IpAddr::from([grh[32], grh[33], grh[34], grh[35]]));
+    }
+    None
+}
+
 /// The GRH of a received RoCEv2 packet as verbs programs find it in the first 40 bytes of
 /// a UD receive buffer (IBTA annex A17.4.5.1, and what rxe writes).
 ///
@@ -300,6 +323,18 @@ pub(crate) fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grh_source_reads_back_what_grh_writes() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(grh_source(&grh(a, b, 100)), Some(a));
+        let c: IpAddr = "fd00::1".parse().unwrap();
+        let d: IpAddr = "fd00::2".parse().unwrap();
+        assert_eq!(grh_source(&grh(c, d, 100)), Some(c));
+        assert_eq!(grh_source(&[0u8; 40]), None);
+        assert_eq!(grh_source(&[0x60u8; 10]), None);
+    }
 
     #[test]
     fn grh_ipv4_layout() {

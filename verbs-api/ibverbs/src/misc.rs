@@ -239,23 +239,6 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     })
 }
 
-/// The source GID of a received UD message from the 40 bytes before its payload: an
-/// IPv6 header's source address, or (RoCEv2 over IPv4) the IPv4 header in the last 20
-/// bytes, as an IPv4-mapped GID.
-fn grh_source(grh: &[u8; 40]) -> Option<[u8; 16]> {
-    if grh[0] >> 4 == 6 {
-        return grh[8..24].try_into().ok();
-    }
-    if grh[20] >> 4 == 4 {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&grh[32..36]);
-        return Some(g);
-    }
-    None
-}
-
 /// `ibv_init_ah_from_wc(3)`: the address vector back to the sender of a UD receive with
 /// `IBV_WC_GRH`. 0, or -1 with `errno` `EINVAL` (no GRH, or not an IP header).
 ///
@@ -279,7 +262,8 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         if wc.wc_flags & 1 == 0 {
             return Err(EINVAL);
         }
-        let dgid = grh_source(grh).ok_or(EINVAL)?;
+        let src = uroce_provider::transport::ud::grh_source(grh).ok_or(EINVAL)?;
+        let dgid = uroce_verbs::Gid::from_ip(src).0;
         let a = ibv_ah_attr {
             grh: ibv_global_route {
                 dgid: ibv_gid { raw: dgid },

@@ -339,7 +339,9 @@ impl Agent {
             self.counters.unparsable.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let from = grh_source(&buf[..40]);
+        let from = uroce_provider::transport::ud::grh_source(&buf[..40])
+            .map(Gid::from_ip)
+            .unwrap_or_default();
         let mad = match CmMad::parse(&buf[40..]) {
             Ok(m) => m,
             Err(_) => {
@@ -435,21 +437,4 @@ fn post_recv(qp: &Qp, mr: &Mr, slot: u32) -> Result<(), crate::BadWr> {
         wr_id: u64::from(slot),
         sg_list: vec![mr.sge(off, RECV_SLOT_LEN as u32)],
     }])
-}
-
-/// The source GID of a received RoCEv2 datagram from the 40-byte GRH area of its receive
-/// buffer: an IPv4 header in the last 20 bytes (version nibble 4 at byte 20), else an
-/// IPv6 header (source at bytes 8..24).
-fn grh_source(grh: &[u8]) -> Gid {
-    if grh.len() >= 40 && grh[20] >> 4 == 4 {
-        let mut ip = [0u8; 4];
-        ip.copy_from_slice(&grh[32..36]);
-        Gid::from_ip(std::net::IpAddr::from(ip))
-    } else if grh.len() >= 40 {
-        let mut g = [0u8; 16];
-        g.copy_from_slice(&grh[8..24]);
-        Gid(g)
-    } else {
-        Gid::default()
-    }
 }

@@ -7,6 +7,7 @@
 //! - `uroce pingpong`: rdma-core's `ibv_{rc,uc,ud,srq}_pingpong`, same flags and exchange.
 //! - `uroce perf`: perftest's bandwidth and latency tests, same flags and tables.
 //! - `uroce rping`: librdmacm's `rping` over the RDMA CM, same flags and protocol.
+//! - `uroce udaddy`: librdmacm's `udaddy` (UD by SIDR), same flags and protocol.
 //! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
 //! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
 //!
@@ -25,6 +26,7 @@ mod pingpong;
 mod rping;
 mod sim;
 mod stat;
+mod udaddy;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +79,11 @@ enum Command {
     /// READ/WRITE ping protocol, so it faces the unmodified program on kernel rxe.
     #[command(disable_version_flag = true)]
     Rping(rping::RpingArgs),
+    /// librdmacm's `udaddy` (`-s SERVER` for the client, `-b ADDR`, `-c CONNECTIONS`,
+    /// `-C COUNT`, `-S SIZE`, `-p PORT`): UD QPs connected by the RDMA CM's SIDR, then
+    /// udaddy's message exchange, so it faces the unmodified program on kernel rxe.
+    #[command(disable_version_flag = true)]
+    Udaddy(udaddy::UdaddyArgs),
     /// Run a short RC pingpong between 127.0.0.1 and 127.0.0.2 and print the counters of
     /// both devices and QPs (every traffic command also takes `--stats`).
     Stat(stat::StatArgs),
@@ -116,6 +123,7 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => report(pingpong::run(&args)),
         Command::Perf(args) => report(perf::run(&args)),
         Command::Rping(args) => report(rping::run(&args)),
+        Command::Udaddy(args) => report(udaddy::run(&args)),
         Command::Stat(args) => report(stat::run(&args)),
         Command::Exec(args) => report(exec::run(&args)),
         Command::Sim(args) => match args.workload() {
