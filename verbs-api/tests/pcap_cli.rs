@@ -76,16 +76,14 @@ fn every_rxe_capture_parses_with_good_icrcs() {
     let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
     let (code, out) = run(&refs);
     assert_eq!(code, 0);
-    // The totals of captures/INDEX.md: 2681 frames of the lab's set, 2301 of them RoCEv2,
-    // and the 206 frames of the CM captures (cm_rxe, cm_uroce: all RoCEv2, uroce's own
-    // among them); every ICRC good.
+    // The totals of captures/INDEX.md: 2681 frames, 2301 of them RoCEv2, every ICRC good.
     assert_eq!(
         summary(&out),
-        "summary: packets=2887 roce=2507 icrc_ok=2507 icrc_bad=0 malformed=0"
+        "summary: packets=2681 roce=2301 icrc_ok=2301 icrc_bad=0 malformed=0"
     );
     assert_eq!(
         out.lines().count(),
-        2887 + 1,
+        2681 + 1,
         "one line per packet plus the summary"
     );
     assert!(out.contains("RC RDMA READ response First"));

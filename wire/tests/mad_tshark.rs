@@ -809,23 +809,28 @@ fn every_cm_message_dissects_with_the_same_fields() {
 // Linux's own MADs.
 // ---------------------------------------------------------------------------------------
 
-/// Every MAD in the rxe captures (Linux 6.1's CM: REQ, REP, RTU, REJ, DREQ, DREP,
-/// SIDR_REQ, SIDR_REP, over IPv4 and IPv6, between two rxe guests and between rxe and
-/// uroce) parses, and re-emits byte for byte: Linux and uroce send every reserved bit
+/// Every MAD in the rxe captures and the CM captures (Linux 6.1's CM: REQ, REP, RTU, REJ,
+/// DREQ, DREP, SIDR_REQ, SIDR_REP, over IPv4 and IPv6, between two rxe guests and between
+/// rxe and uroce) parses, and re-emits byte for byte: Linux and uroce send every reserved bit
 /// zero.
 #[test]
 fn linux_cm_mads_parse_and_reemit_byte_for_byte() {
-    let dir = match std::env::var_os("UROCE_CAPTURES") {
+    let rxe = match std::env::var_os("UROCE_CAPTURES") {
         Some(d) => PathBuf::from(d),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rxe"),
     };
-    assert!(dir.is_dir(), "no capture directory at {}", dir.display());
+    let cm = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/cm");
     let mut seen = std::collections::BTreeMap::<&str, usize>::new();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
-        .collect();
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for dir in [&rxe, &cm] {
+        assert!(dir.is_dir(), "no capture directory at {}", dir.display());
+        paths.extend(
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "pcap")),
+        );
+    }
     paths.sort();
     for path in &paths {
         let mut r = PcapReader::new(File::open(path).unwrap()).unwrap();
