@@ -167,6 +167,7 @@ verdict() {
 host_cmd() {
     case $uargs in
         cm:*) local a=${uargs#cm:}; ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" ${a//@A/${2:-$1}} ;;
+        exec:*@A*) local a=${uargs#exec:}; ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" exec -- ${a//@A/${2:-$1}} ;;
         exec:*) ns timeout $CT env UROCE_DEVICES=uroce0=$1 "$UROCE" exec -- ${uargs#exec:} ${2:-} ;;
         *) ns timeout $CT "$UROCE" $uargs $BACKEND --ip $1 --timeout 30 ${2:-} ;;
     esac
@@ -192,14 +193,14 @@ run() {
     if [ $role = server ]; then
         host_cmd $ip > "$u" 2>&1 & upid=$!
         case $uargs in
-            cm:*) wait_udp $ip 10; gsh $G "timeout $CT $gcmd $hip" > "$g" 2>&1 & gpid=$! ;;
+            cm:*|exec:*@A*|exec:*" -R "*) wait_udp $ip 10; gsh $G "timeout $CT $gcmd $hip" > "$g" 2>&1 & gpid=$! ;;
             *) wait_port h $port 10; gsh $G "timeout $CT $gcmd $HOST4" > "$g" 2>&1 & gpid=$! ;;
         esac
         wait $upid; urc=$?
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
         case $uargs in
-            cm:*) wait_listen 30; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
+            cm:*|exec:*@A*) wait_listen 30; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             *) wait_port g $port 30; host_cmd $ip $GIP > "$u" 2>&1; urc=$? ;;
         esac
     fi
@@ -371,6 +372,26 @@ cmudaddy() {
 }
 cmrping v4 10 64; cmrping v4 100 4096; cmrping v6 10 64
 cmudaddy v4 1 10 100; cmudaddy v4 4 50 1024; cmudaddy v6 2 10 100
+
+# --- Debian's rdmacm-utils and perftest -R on the host on uroce's librdmacm (uroce exec) --
+# cmc NET PROG SERVER_ARGS CLIENT_ARGS KIND: PROG with the host as server (the guest's
+# client connects to it) and as client
+cmc() {
+    local net=$1 p=$2 sa=$3 ca=$4 kind=$5 tag=${6:-}
+    run "$net-c-cm-$p$tag-server" server $kind $net "exec:$p $sa" "$p $ca"
+    run "$net-c-cm-$p$tag-client" client $kind $net "exec:$p ${ca}@A" "$p ${sa//@A/@GIP}"
+}
+if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/dev/null; then
+    for net in v4 v6; do
+        cmc $net rping "-s -v -S 64 -a @A" "-c -v -V -C 10 -S 64 -a " rping10
+        cmc $net udaddy "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
+        cmc $net ucmatose "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
+    done
+    cmc v4 ib_write_bw "-R -F -s 65536 -n 100" "-R -F -s 65536 -n 100 " bw1
+    cmc v4 ib_send_lat "-R -F -s 8 -n 100" "-R -F -s 8 -n 100 " lat
+else
+    echo "lab-interop: Debian's rdmacm-utils on uroce skipped (make cabi-release; apt-get install rdmacm-utils)" >&2
+fi
 
 # --- IPv4, 5 % of the guest's RoCE frames dropped (RC only: UC/UD have no retransmission,
 #     and rdma-core's UC/UD pingpongs wait forever for a lost message) ---------------------

@@ -911,7 +911,7 @@ fn perf_q_counts_every_qp_and_a_sweeps_every_size() {
 /// READ/WRITE protocol, checked with -V, and both exit 0 after the disconnect.
 #[test]
 fn rping_two_processes_connect_with_the_cm_and_validate_every_ping() {
-    let (s_ip, c_ip) = ("127.22.40.1", "127.22.40.2");
+    let (s_ip, c_ip) = ("127.22.60.1", "127.22.60.2");
     let server = uroce()
         .env("UROCE_DEVICES", format!("s={s_ip}"))
         .args([
@@ -973,7 +973,7 @@ fn rping_two_processes_connect_with_the_cm_and_validate_every_ping() {
 /// way on each; both print udaddy's lines and `return status 0`.
 #[test]
 fn udaddy_two_processes_resolve_ud_qps_by_sidr_and_exchange_datagrams() {
-    let (s_ip, c_ip) = ("127.22.41.1", "127.22.41.2");
+    let (s_ip, c_ip) = ("127.22.61.1", "127.22.61.2");
     let server = uroce()
         .env("UROCE_DEVICES", format!("s={s_ip}"))
         .args(["udaddy", "-b", s_ip, "-p", "7181", "-c", "3", "-C", "20"])
