@@ -26,6 +26,10 @@
 //! - no event names a destroyed handle (`destroy`: "no event is raised for it
 //!   afterwards"); `ReqReceived` and `SidrReqReceived` name a new handle, a live listener
 //!   and a GID that sent something; every other event a handle seen before;
+//! - when nothing was injected, two connections established on both sides with each
+//!   other's comm IDs agree, as the crate's model test checks: each one's RTR destination
+//!   QPN is the other's QPN, each one's send PSN the other's receive PSN, each one's
+//!   READ/atomic depth the other's responder resources;
 //! - `qp_attr`'s masks pass `modify_qp_is_ok` for the connection's transport
 //!   (RESET->INIT, INIT->RTR, RTR->RTS, as the crate's own tests check), and its values
 //!   fit their fields;
@@ -175,6 +179,8 @@ struct Side {
     destroyed: HashSet<CmId>,
     /// The transport of each connection (from `connect` or its REQ).
     transport: HashMap<CmId, Transport>,
+    /// The QPN each connection was given by `connect` or `accept`.
+    qpn: HashMap<CmId, u32>,
     listeners: Vec<ListenerId>,
     live_listeners: HashSet<ListenerId>,
 }
@@ -197,6 +203,8 @@ struct Harness {
     creators: usize,
     /// At the end: MADs sent are not put on the link.
     discard: bool,
+    /// A MAD was injected (the two sides may then legitimately disagree).
+    injected: bool,
 }
 
 /// Runs the script `data`; panics on a violation.
@@ -216,6 +224,7 @@ pub fn run(data: &[u8]) {
         seen: HashSet::new(),
         destroyed: HashSet::new(),
         transport: HashMap::new(),
+        qpn: HashMap::new(),
         listeners: Vec::new(),
         live_listeners: HashSet::new(),
     };
@@ -228,12 +237,16 @@ pub fn run(data: &[u8]) {
         log: Vec::new(),
         creators: 0,
         discard: false,
+        injected: false,
     };
     let mut steps = 0;
     while !r.is_empty() && steps < MAX_STEPS {
         steps += 1;
         h.step(&mut r);
         h.settle();
+    }
+    if !h.injected {
+        h.check_agreement();
     }
     h.finish();
 }
@@ -301,6 +314,7 @@ impl Harness {
                 };
                 if let Some(id) = self.create(s, |cm, now| cm.connect(now, p), CmState::ReqSent) {
                     self.sides[s].transport.insert(id, transport);
+                    self.sides[s].qpn.insert(id, qpn);
                 }
             }
             op::ACCEPT => {
@@ -311,8 +325,9 @@ impl Harness {
                 let initiator_depth = r.u8();
                 let rnr_retry_count = field(r.u8(), 3);
                 let flags = r.u8();
+                let qpn = if flags & 2 != 0 { qpn | 1 << 24 } else { qpn };
                 let p = AcceptParams {
-                    qpn: if flags & 2 != 0 { qpn | 1 << 24 } else { qpn },
+                    qpn,
                     starting_psn,
                     responder_resources,
                     initiator_depth,
@@ -321,12 +336,15 @@ impl Harness {
                     target_ack_delay: field(r.u8(), 5),
                     private_data: vec![0x5A; usize::from(r.u8() % 200)],
                 };
-                self.on_handle(
+                let accepted = self.on_handle(
                     s,
                     h,
                     |cm, now, id| cm.accept(now, id, p),
                     &[CmState::RepSent],
                 );
+                if let Some(id) = accepted {
+                    self.sides[s].qpn.insert(id, qpn);
+                }
             }
             op::REJECT => {
                 let h = r.u8();
@@ -459,6 +477,7 @@ impl Harness {
                 let from = self.gids[usize::from(r.u8() % 3)];
                 let bytes = r.mad_bytes();
                 if let Ok(mad) = CmMad::parse(&bytes) {
+                    self.injected = true;
                     self.deliver(InFlight { from, to: s, mad });
                 }
             }
@@ -474,6 +493,7 @@ impl Harness {
                     bytes[usize::from(off)] = v;
                 }
                 if let Ok(mad) = CmMad::parse(&bytes) {
+                    self.injected = true;
                     self.deliver(InFlight { from, to: s, mad });
                 }
             }
@@ -548,12 +568,10 @@ impl Harness {
         i: u8,
         f: impl FnOnce(&mut Cm, Instant, CmId) -> Result<(), CmError>,
         ok: &[CmState],
-    ) {
+    ) -> Option<CmId> {
         let now = self.now;
         let sd = &mut self.sides[s];
-        let Some(&id) = pick(&sd.handles, i) else {
-            return;
-        };
+        let &id = pick(&sd.handles, i)?;
         let state = sd.cm.state(id);
         let before = sd.cm.stats().clone();
         match f(&mut sd.cm, now, id) {
@@ -564,6 +582,7 @@ impl Harness {
                 );
                 let after = sd.cm.state(id).expect("a live handle has a state");
                 assert!(ok.contains(&after), "{id:?} {state:?} -> {after:?}");
+                Some(id)
             }
             Err(e) => {
                 if sd.destroyed.contains(&id) {
@@ -571,6 +590,7 @@ impl Harness {
                 }
                 assert_eq!(sd.cm.state(id), state, "a refused call changed {id:?}: {e}");
                 assert_unchanged(&mut sd.cm, now, &before, &e);
+                None
             }
         }
     }
@@ -718,6 +738,47 @@ impl Harness {
             }
         }
         progress
+    }
+
+    /// Two connections established with each other (each one's remote comm ID the other's
+    /// local one) agree on the QP parameters.
+    fn check_agreement(&self) {
+        let established = |sd: &Side| -> HashMap<(u32, u32), CmId> {
+            sd.handles
+                .iter()
+                .filter(|&&id| sd.cm.state(id) == Some(CmState::Established))
+                .filter_map(|&id| sd.cm.comm_ids(id).map(|c| (c, id)))
+                .collect()
+        };
+        let (a, b) = (&self.sides[0], &self.sides[1]);
+        let b_conns = established(b);
+        for ((local, remote), ia) in established(a) {
+            let Some(&ib) = b_conns.get(&(remote, local)) else {
+                continue;
+            };
+            let attrs = |sd: &Side, id: CmId| {
+                let (rtr, _) = sd
+                    .cm
+                    .qp_attr(id, QpState::Rtr)
+                    .expect("RTR when established");
+                let (rts, _) = sd
+                    .cm
+                    .qp_attr(id, QpState::Rts)
+                    .expect("RTS when established");
+                (rtr, rts)
+            };
+            let ((a_rtr, a_rts), (b_rtr, b_rts)) = (attrs(a, ia), attrs(b, ib));
+            let ctx = format!("A {ia:?} and B {ib:?}, comm IDs {local:#x}/{remote:#x}");
+            assert_eq!(Some(&a_rtr.dest_qp_num), b.qpn.get(&ib), "{ctx}");
+            assert_eq!(Some(&b_rtr.dest_qp_num), a.qpn.get(&ia), "{ctx}");
+            assert_eq!(a_rts.sq_psn, b_rtr.rq_psn, "{ctx}");
+            assert_eq!(b_rts.sq_psn, a_rtr.rq_psn, "{ctx}");
+            if a.transport.get(&ia) == Some(&Transport::Rc) {
+                assert_eq!(a_rts.max_rd_atomic, b_rtr.max_dest_rd_atomic, "{ctx}");
+                assert_eq!(b_rts.max_rd_atomic, a_rtr.max_dest_rd_atomic, "{ctx}");
+            }
+            assert_eq!(a.transport.get(&ia), b.transport.get(&ib), "{ctx}");
+        }
     }
 
     /// Destroys every handle, loses every MAD, and runs the timers out: then nothing may

@@ -13,8 +13,8 @@ use std::time::Duration;
 use uroce_verbs::rdma_cm::{self, AgentStats, CmEventKind, CmId, EventChannel, PortSpace};
 use uroce_verbs::*;
 use uroce_wire::mad::cm::{
-    message_kind, CmPathRepr, DreqRepr, RejReason, RepRepr, ReqRepr, DREQ_PRIVATE_DATA_LEN,
-    REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN,
+    message_kind, CmPathRepr, DreqRepr, RejReason, RepRepr, ReqRepr, SidrReqRepr, SidrStatus,
+    DREQ_PRIVATE_DATA_LEN, REP_PRIVATE_DATA_LEN, REQ_PRIVATE_DATA_LEN, SIDR_REQ_PRIVATE_DATA_LEN,
 };
 use uroce_wire::mad::cma::CmaHeaderRepr;
 use uroce_wire::mad::{CmMad, CmMessage, GSI_QKEY, GSI_QPN, MAD_LEN};
@@ -192,7 +192,8 @@ fn bad_cm_input_is_dropped_or_answered_and_counted_and_the_cm_still_connects() {
     want.unparsable += 1;
     wait_for(&ctx, "a truncated MAD", &want);
 
-    // 2. Class version 1 (IBTA vol. 1 §13.4.2: the CM class is version 2): unparsable.
+    // 2. Class version 1 (IBTA vol. 1 §12.6.1: CM MADs are class 0x07 version 2):
+    // unparsable.
     let mut v1 = good_req;
     v1[2] = 1;
     peer.send(&v1);
@@ -233,9 +234,9 @@ fn bad_cm_input_is_dropped_or_answered_and_counted_and_the_cm_still_connects() {
     wait_for(&ctx, "a REP for no REQ", &want);
 
     // 5. A DREQ for a connection the device does not have: answered with a DREP anyway,
-    // so the peer stops retrying (IBTA vol. 1 §12.9.8.3.2, the kernel's
-    // cm_issue_drep); the DREP's comm IDs are the DREQ's swapped (§12.6.11: its local
-    // comm ID is the DREQ's remote one) and it carries the DREQ's transaction ID.
+    // so the peer stops retrying (IBTA vol. 1 §12.9, the kernel's cm_issue_drep); the
+    // DREP's comm IDs are the DREQ's swapped (§12.6.11: its local comm ID is the DREQ's
+    // remote one) and it carries the DREQ's transaction ID.
     let dreq_tid = 0x7e57_0000_0000_0005;
     let dreq = DreqRepr {
         local_comm_id: 0x3333,
@@ -322,11 +323,34 @@ fn bad_cm_input_is_dropped_or_answered_and_counted_and_the_cm_still_connects() {
         sch.try_get_event().is_none(),
         "the listener saw the mixed REQ"
     );
-    assert_eq!(
-        stats(&ctx).resident,
-        0,
-        "the refused REQs left no connection"
-    );
+
+    // 9. A SIDR_REQ to a UD listener whose private data holds no RDMA CM header: SIDR_REP
+    // "rejected" (IBTA vol. 1 table 121, status 2) for its request ID.
+    let uch = EventChannel::new().unwrap();
+    let ulisten = CmId::new(&uch, PortSpace::Udp).unwrap();
+    ulisten
+        .bind_addr(SocketAddr::new(ip(DEV), LISTEN_PORT))
+        .unwrap();
+    ulisten.listen(8).unwrap();
+    let sidr = SidrReqRepr {
+        request_id: 0x9999,
+        partition_key: 0xFFFF,
+        service_id: rdma_cm::service_id(PortSpace::Udp, LISTEN_PORT),
+        private_data: [0xEE; SIDR_REQ_PRIVATE_DATA_LEN],
+    };
+    peer.send(&CmMad::new(0x7e57_0000_0000_0009, CmMessage::SidrReq(sidr)).to_bytes());
+    let rep = peer.recv();
+    assert_eq!(rep.header.transaction_id, 0x7e57_0000_0000_0009);
+    let CmMessage::SidrRep(r) = rep.message else {
+        panic!("not a SIDR_REP: {rep:?}");
+    };
+    assert_eq!((r.request_id, r.status), (0x9999, SidrStatus::REJECT.0));
+    want.received += 1;
+    want.cm.mads_received += 1;
+    want.cm.mads_sent += 1;
+    wait_for(&ctx, "a SIDR_REQ without an RDMA CM header", &want);
+    assert!(uch.try_get_event().is_none(), "the UD listener saw it");
+    assert_eq!(stats(&ctx).resident, 0, "the refused requests left nothing");
 
     // After all of that, two real ids connect through the same agent.
     let cch = EventChannel::new().unwrap();

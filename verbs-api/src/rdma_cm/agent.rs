@@ -88,7 +88,8 @@ pub struct AgentStats {
     /// sent, and what it dropped and why ([`uroce_cm::CmStats`]).
     pub cm: CmStats,
     /// Connections and SIDR exchanges the CM holds now ([`uroce_cm::Cm::resident`]): those
-    /// of live ids, and those of dropped ids still in time-wait. A gauge, not a counter.
+    /// of live ids, and those dropped ids left waiting for a DREP or in time-wait. A
+    /// gauge, not a counter.
     pub resident: usize,
 }
 
