@@ -14,7 +14,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 FUZZ_SEED ?= 1
-FUZZ_SMOKE_RUNS ?= fuzz_frame=8000000 fuzz_udp_payload=12000000 fuzz_roundtrip=12000000 fuzz_rc_qp=80000 fuzz_mad=2500000
+FUZZ_SMOKE_RUNS ?= fuzz_frame=8000000 fuzz_udp_payload=12000000 fuzz_roundtrip=12000000 fuzz_rc_qp=80000 fuzz_mad=2500000 fuzz_cm=40000
 FUZZ_SMOKE_MAX_SECS ?= 120
 FUZZ_SECS ?= 300
 FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.toml)

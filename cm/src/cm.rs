@@ -95,6 +95,14 @@ impl Cm {
         &self.stats
     }
 
+    /// How many connections and SIDR exchanges this agent holds: every live handle, and
+    /// every destroyed connection still waiting out its DREQ retries or time-wait (it is
+    /// forgotten when it reaches IDLE). Once every handle is destroyed and the timers have
+    /// run out ([`Cm::poll_timeout`] is `None`), this is 0.
+    pub fn resident(&self) -> usize {
+        self.conns.len() + self.sidrs.len()
+    }
+
     /// Listens on `service_id` (exact match) for REQs and SIDR_REQs.
     pub fn listen(&mut self, service_id: u64) -> Result<ListenerId, CmError> {
         if self.services.contains_key(&service_id) {

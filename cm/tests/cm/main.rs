@@ -3,6 +3,7 @@
 mod disconnect;
 mod establish;
 mod faults;
+mod fuzz_seeds;
 mod model;
 mod sidr;
 mod support;

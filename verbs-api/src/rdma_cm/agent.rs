@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use uroce_cm::{Cm, CmConfig};
+use uroce_cm::{Cm, CmConfig, CmStats};
 use uroce_provider::time::Instant;
 use uroce_wire::mad::{CmMad, GSI_QKEY, GSI_QPN, MAD_LEN};
 
@@ -63,9 +63,67 @@ impl AgentState {
 /// Counters of the agent's own drops (the CM counts the rest).
 #[derive(Debug, Default)]
 pub(crate) struct AgentCounters {
+    pub(crate) received: AtomicU64,
     pub(crate) unparsable: AtomicU64,
     pub(crate) no_send_slot: AtomicU64,
     pub(crate) send_errors: AtomicU64,
+}
+
+/// A snapshot of the counters of one device's CM agent ([`agent_stats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentStats {
+    /// Datagrams QP1 received (successful receive completions), whatever they held.
+    pub received: u64,
+    /// Of `received`, those dropped before the CM saw them: shorter than a 256-byte MAD,
+    /// or refused by [`CmMad::parse`] (not base version 1, class 0x07 version 2, method
+    /// Send, or an attribute ID that is no CM message uroce handles).
+    pub unparsable: u64,
+    /// MADs the CM wanted sent that found all of QP1's send slots busy (dropped; the CM's
+    /// retries cover them).
+    pub no_send_slot: u64,
+    /// MADs not sent because an address handle, the send buffer or `post_send` failed.
+    pub send_errors: u64,
+    /// The CM's own counters: every MAD it was handed (`received - unparsable`), what it
+    /// sent, and what it dropped and why ([`uroce_cm::CmStats`]).
+    pub cm: CmStats,
+    /// Connections and SIDR exchanges the CM holds now ([`uroce_cm::Cm::resident`]): those
+    /// of live ids, and those dropped ids left waiting for a DREP or in time-wait. A
+    /// gauge, not a counter.
+    pub resident: usize,
+}
+
+/// The counters of the CM agent of `ctx`'s device in this process, or `None` when no
+/// rdma_cm id has used that device yet (its agent, and QP1, start with the first).
+///
+/// ```
+/// # std::env::set_var("UROCE_DEVICES", "doc0=127.0.99.1");
+/// use uroce_verbs::rdma_cm::{agent_stats, CmId, EventChannel, PortSpace};
+/// let ch = EventChannel::new().unwrap();
+/// let id = CmId::new(&ch, PortSpace::Tcp).unwrap();
+/// id.bind_addr("127.0.99.1:0".parse().unwrap()).unwrap();
+/// let stats = agent_stats(&id.context().unwrap()).expect("the id started the agent");
+/// assert_eq!(stats.unparsable, 0);
+/// ```
+pub fn agent_stats(ctx: &Context) -> Option<AgentStats> {
+    let agent = registry()
+        .lock()
+        .values()
+        .find(|a| Arc::ptr_eq(a.ctx.provider(), ctx.provider()))
+        .cloned()?;
+    let (cm, resident) = {
+        let st = agent.state.lock();
+        (st.cm.stats().clone(), st.cm.resident())
+    };
+    let c = &agent.counters;
+    Some(AgentStats {
+        received: c.received.load(Ordering::Relaxed),
+        unparsable: c.unparsable.load(Ordering::Relaxed),
+        no_send_slot: c.no_send_slot.load(Ordering::Relaxed),
+        send_errors: c.send_errors.load(Ordering::Relaxed),
+        cm,
+        resident,
+    })
 }
 
 /// What a dropped id leaves for its agent to tear down: its connection (the CM sends a
@@ -333,6 +391,7 @@ impl Agent {
     }
 
     fn on_recv(&self, slot: u32, byte_len: usize) {
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
         let mut buf = [0u8; RECV_SLOT_LEN];
         let off = u64::from(slot) * RECV_SLOT_LEN as u64;
         if byte_len < RECV_SLOT_LEN || self.recv_mr.read(off, &mut buf).is_err() {

@@ -1112,19 +1112,37 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             from,
             req,
         } => {
+            // A REQ no id will own is rejected and forgotten at once (nothing else would
+            // ever destroy its connection in the CM).
+            let refuse = |st: &mut AgentState, reason: u16, ari: &[u8]| {
+                let _ = st.cm.reject_with_info(now, id, reason, ari, &[]);
+                st.cm.destroy(now, id);
+            };
             let Some(l) = st.listeners.get(&listener).and_then(Weak::upgrade) else {
-                let _ = st.cm.reject(now, id, REJ_CONSUMER_DEFINED, &[]);
+                refuse(st, REJ_CONSUMER_DEFINED, &[]);
                 return;
             };
-            let Some((src, dst_ip)) = parse_cma_header(&req.private_data) else {
-                let _ = st.cm.reject(now, id, REJ_CONSUMER_DEFINED, &[]);
-                return;
-            };
-            // A GID of the other IP family than this device's cannot be answered.
-            if canonical(from.to_ip()).is_ipv4() != canonical(a.gid.to_ip()).is_ipv4() {
-                let _ = st.cm.reject(now, id, REJ_INVALID_GID, &[]);
+            // RoCEv2 GIDs are IP addresses: a REQ from, or whose primary path names, a GID
+            // of the other IP family than this device's cannot be served here. The
+            // kernel's CM refuses such a path (its GID is in no GID table of the port)
+            // with "invalid GID" and the port's GID as the ARI (IBTA vol. 1 table 109),
+            // before rdma_cm sees the REQ.
+            let v4 = canonical(a.gid.to_ip()).is_ipv4();
+            let ours = |g: Gid| canonical(g.to_ip()).is_ipv4() == v4;
+            let path = &req.primary_path;
+            if !(ours(from) && ours(Gid(path.local_gid)) && ours(Gid(path.remote_gid))) {
+                refuse(st, REJ_INVALID_GID, &a.gid.0);
                 return;
             }
+            // An RDMA CM header that is not version 0, or whose addresses are of the other
+            // family, matches no listener of this device: the kernel's rdma_cm fails the
+            // REQ, and its CM rejects it as consumer defined.
+            let header = parse_cma_header(&req.private_data)
+                .filter(|(src, dst)| src.ip().is_ipv4() == v4 && dst.is_ipv4() == v4);
+            let Some((src, dst_ip)) = header else {
+                refuse(st, REJ_CONSUMER_DEFINED, &[]);
+                return;
+            };
             let child = new_child(a, st, &l, id, src, dst_ip);
             {
                 let mut cs = child.inner.st.lock();
@@ -1156,20 +1174,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             from,
             req,
         } => {
+            // A SIDR_REQ no id will own: destroying it answers with a SIDR_REP "rejected"
+            // (status 2) and forgets it.
             let Some(l) = st.listeners.get(&listener).and_then(Weak::upgrade) else {
+                st.cm.destroy(now, id);
                 return;
             };
             let Some((src, dst_ip)) = parse_cma_header(&req.private_data) else {
-                let _ = st.cm.sidr_reply(
-                    now,
-                    id,
-                    SidrReply {
-                        status: 2,
-                        qpn: 0,
-                        q_key: 0,
-                        private_data: Vec::new(),
-                    },
-                );
+                st.cm.destroy(now, id);
                 return;
             };
             let child = new_child(a, st, &l, id, src, dst_ip);

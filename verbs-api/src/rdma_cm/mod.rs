@@ -42,6 +42,7 @@ mod agent;
 mod id;
 
 pub use addr::{service_id, PortSpace};
+pub use agent::{agent_stats, AgentStats};
 pub use id::{
     CmEvent, CmEventKind, CmId, ConnParam, EventChannel, UdParam, ACCEPT_PRIVATE_DATA_MAX,
     CMA_HEADER_LEN, CONNECT_PRIVATE_DATA_MAX, RDMA_UDP_QKEY, REJECT_PRIVATE_DATA_MAX,
