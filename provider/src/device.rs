@@ -370,6 +370,20 @@ impl Device {
         }
     }
 
+    /// Claims QPN 1, the general services interface QP (IBTA vol. 1 §3.5.4, §13.5.1) that
+    /// the Communication Manager owns; [`Error::Busy`] when it already exists.
+    pub(crate) fn claim_gsi_qpn(&self) -> Result<u32> {
+        self.reserve(Resource::Qp)?;
+        let mut r = self.res.lock();
+        if r.qpns.insert(uroce_wire::mad::GSI_QPN) {
+            Ok(uroce_wire::mad::GSI_QPN)
+        } else {
+            drop(r);
+            self.release(Resource::Qp);
+            Err(Error::GsiInUse)
+        }
+    }
+
     pub(crate) fn free_qpn(&self, qpn: u32) {
         self.dp.unregister(qpn);
         self.res.lock().qpns.remove(&qpn);

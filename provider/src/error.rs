@@ -128,6 +128,10 @@ pub enum Error {
     /// Objects of different protection domains or devices were combined.
     #[error("{0}")]
     Mismatch(&'static str),
+    /// QP1, the GSI QP the Communication Manager owns, already exists on this device
+    /// (`EBUSY`); there is one per port (IBTA vol. 1 §13.5.1).
+    #[error("QP1 (the GSI QP) already exists on this device; its CM agent owns it")]
+    GsiInUse,
     /// A `modify_qp` was refused; the QP is unchanged.
     #[error("modify_qp refused: {0}")]
     ModifyQp(#[from] ModifyQpError),
@@ -200,7 +204,7 @@ impl Error {
         const ENODEV: i32 = 19;
         match self {
             Error::Exhausted { .. } | Error::NoMemory { .. } => ENOMEM,
-            Error::Busy { .. } => EBUSY,
+            Error::Busy { .. } | Error::GsiInUse => EBUSY,
             Error::NoSuchDevice(_) => ENODEV,
             Error::Os { errno, .. } => *errno,
             Error::Backend(b) => b.errno(),

@@ -126,6 +126,7 @@
 
 mod eventfd;
 mod objects;
+pub mod rdma_cm;
 
 pub use objects::*;
 pub use uroce_provider::ah::AhAttr;

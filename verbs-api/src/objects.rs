@@ -6,7 +6,7 @@ use crate::{
     QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
 };
 use parking_lot::Mutex;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -87,6 +87,22 @@ impl Device {
     pub fn open(&self) -> Result<Context> {
         let backend = backend_from_env()?;
         self.open_on(&*backend, os_seed()?)
+    }
+
+    /// The context of this device shared by the whole process: the one already open
+    /// through this call if any is still alive, else a new one from [`Device::open`].
+    /// The rdma_cm layer ([`crate::rdma_cm`]) and the C ABI's `ibv_open_device` use it,
+    /// so that a program that opens the device itself and also connects with rdma_cm
+    /// gets one device (one UDP port 4791 on the address), as a kernel device would be.
+    pub fn open_shared(&self) -> Result<Context> {
+        static OPEN: OnceLock<Mutex<HashMap<String, Weak<ContextInner>>>> = OnceLock::new();
+        let mut open = OPEN.get_or_init(Default::default).lock();
+        if let Some(inner) = open.get(self.name()).and_then(Weak::upgrade) {
+            return Ok(Context { inner });
+        }
+        let ctx = self.open()?;
+        open.insert(self.name().to_string(), Arc::downgrade(&ctx.inner));
+        Ok(ctx)
     }
 
     /// Opens the device with a fixed seed (same seed, same keys and QPNs) and no I/O
@@ -403,7 +419,26 @@ impl Pd {
 
     /// Creates a QP in RESET (`ibv_create_qp(3)`).
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
-        let qp = p::qp::QueuePair::create(
+        self.create_qp_with(init, p::qp::QueuePair::create)
+    }
+
+    /// Creates QP1, the GSI QP (IBTA vol. 1 §13.5.1): a UD QP numbered 1, in RESET, that
+    /// the Communication Manager sends and receives its MADs on. One per device; fails
+    /// with [`VerbsError::GsiInUse`] when it exists (the rdma_cm layer of this process
+    /// creates it on first use of the device).
+    pub fn create_gsi_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        self.create_qp_with(init, p::qp::QueuePair::create_gsi)
+    }
+
+    fn create_qp_with(
+        &self,
+        init: &QpInitAttr<'_>,
+        create: fn(
+            &Arc<p::pd::ProtectionDomain>,
+            p::qp::QpInitAttr,
+        ) -> core::result::Result<Arc<p::qp::QueuePair>, VerbsError>,
+    ) -> Result<Qp> {
+        let qp = create(
             &self.inner,
             p::qp::QpInitAttr {
                 qp_type: init.qp_type,

@@ -81,6 +81,30 @@ pub enum Error {
         /// Repr has a header the opcode does not carry.
         required: bool,
     },
+    /// A MAD's BaseVersion (byte 0) is not 1 (IBTA vol. 1 §13.4.2).
+    BadMadBaseVersion(u8),
+    /// A MAD on the CM path has a MgmtClass (byte 1) other than 0x07, Communication
+    /// Management (IBTA vol. 1 table 150).
+    NotCmClass(u8),
+    /// A CM MAD's ClassVersion (byte 2) is not 2, the version this CM speaks (IBTA vol. 1
+    /// §12.6.1). A CM answers a REQ of another version with a REJ "invalid class version"
+    /// (reason 31).
+    BadCmClassVersion(u8),
+    /// A CM MAD's method byte (byte 3, R bit included) is not Send 0x03 (IBTA vol. 1
+    /// §12.6.1: every CM message is a Send).
+    NotCmSend(u8),
+    /// A CM MAD's AttributeID is not one IBTA vol. 1 table 103 defines.
+    UnknownCmAttribute(u16),
+    /// A CM MAD's AttributeID is defined (ClassPortInfo 0x0001, LAP 0x0019, APR 0x001A)
+    /// but uroce does not implement it.
+    UnsupportedCmAttribute(u16),
+    /// The RDMA CM header at the start of a REQ's or SIDR_REQ's private data has a version
+    /// (byte 0) other than 0 (Linux `drivers/infiniband/core/cma.c`, IBTA vol. 1 annex A11).
+    BadCmaVersion(u8),
+    /// The RDMA CM header's IP version (byte 1 bits 7:4) is neither 4 nor 6.
+    BadCmaIpVersion(u8),
+    /// The two addresses of an RDMA CM header are of different IP families.
+    CmaAddressFamilyMismatch,
 }
 
 impl fmt::Display for Error {
@@ -115,6 +139,31 @@ impl fmt::Display for Error {
             Error::HeaderMismatch { opcode, header, required: false } => write!(
                 f,
                 "opcode {opcode:#04x} carries no {header} header, but the RoceRepr has one: remove it"
+            ),
+            Error::BadMadBaseVersion(v) => write!(f, "MAD base version {v}, expected 1"),
+            Error::NotCmClass(c) => write!(
+                f,
+                "MAD management class {c:#04x} is not Communication Management (0x07)"
+            ),
+            Error::BadCmClassVersion(v) => {
+                write!(f, "CM class version {v}, expected 2 (reject a REQ with reason 31)")
+            }
+            Error::NotCmSend(m) => {
+                write!(f, "CM MAD method {m:#04x} is not Send (0x03); CM messages are all Sends")
+            }
+            Error::UnknownCmAttribute(a) => write!(f, "unknown CM attribute ID {a:#06x}"),
+            Error::UnsupportedCmAttribute(a) => write!(
+                f,
+                "CM attribute {a:#06x} ({}) is not supported by uroce",
+                crate::mad::attr::name(a).unwrap_or("?")
+            ),
+            Error::BadCmaVersion(v) => write!(f, "RDMA CM header version {v}, expected 0"),
+            Error::BadCmaIpVersion(v) => {
+                write!(f, "RDMA CM header IP version {v}, expected 4 or 6")
+            }
+            Error::CmaAddressFamilyMismatch => write!(
+                f,
+                "RDMA CM header addresses of different IP families: give two IPv4 or two IPv6 addresses"
             ),
         }
     }

@@ -3,7 +3,9 @@
 //! Zero-copy typed views and plain `Repr` structs for every header of the InfiniBand
 //! transport as RoCEv2 carries it (IBTA vol. 1 ch. 9 and annex A17): BTH, RETH, AETH,
 //! AtomicETH, AtomicAckETH, ImmDt, IETH, DETH, FETH, the Ethernet/IPv4/IPv6/UDP framing
-//! around them, and the ICRC.
+//! around them, and the ICRC; and the management datagrams of the Communication Manager
+//! that travel on QP1 (IBTA vol. 1 ch. 12 and §13.4, [`mad`]), with the RDMA CM's IP
+//! addressing header (annex A11, [`mad::cma`]).
 //!
 //! Pure code: no I/O, no allocation when parsing.
 //!
@@ -59,6 +61,11 @@ pub use headers::{
 };
 pub use icrc::{IcrcIpFacts, IcrcVerdict, InvariantHeaders};
 pub use ipv4::Ipv4Repr;
+pub use mad::{
+    CmMad, CmMessage, CmPathRepr, CmaHeaderRepr, DrepRepr, DreqRepr, MadHeaderRepr, MraRepr,
+    RejReason, RejRepr, RepRepr, ReqRepr, RtuRepr, SidrRepRepr, SidrReqRepr, SidrStatus,
+    MAD_LEN,
+};
 pub use ipv6::Ipv6Repr;
 pub use opcode::{
     ExtHeader, ExtHeaders, Opcode, OpcodeInfo, Operation, Position, TransportClass, OPCODES,

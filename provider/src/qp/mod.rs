@@ -82,6 +82,30 @@ impl QueuePair {
     /// with an SRQ the receive caps are ignored and reported as 0. The QPN is random in
     /// `2..2^24` and unique on the device.
     pub fn create(pd: &Arc<ProtectionDomain>, init: QpInitAttr) -> Result<Arc<QueuePair>> {
+        Self::create_numbered(pd, init, false)
+    }
+
+    /// Creates QP1, the general services interface QP (IBTA vol. 1 §13.5.1): a UD QP
+    /// numbered 1 that sends and receives the Communication Manager's MADs. Its Q_Key is
+    /// set like any UD QP's, by `modify` to INIT (the CM uses 0x80010000, C13-8); UD
+    /// packets to QPN 1 with another Q_Key are then dropped and counted in `qkey_drops`.
+    /// `init.qp_type` must be [`QpType::Ud`].
+    ///
+    /// # Errors
+    /// [`Error::GsiInUse`] when the device has one already; [`Error::Mismatch`] for
+    /// another QP type; otherwise as [`QueuePair::create`].
+    pub fn create_gsi(pd: &Arc<ProtectionDomain>, init: QpInitAttr) -> Result<Arc<QueuePair>> {
+        if init.qp_type != QpType::Ud {
+            return Err(Error::Mismatch("QP1 (the GSI QP) is a UD QP"));
+        }
+        Self::create_numbered(pd, init, true)
+    }
+
+    fn create_numbered(
+        pd: &Arc<ProtectionDomain>,
+        init: QpInitAttr,
+        gsi: bool,
+    ) -> Result<Arc<QueuePair>> {
         let dev = pd.device().clone();
         let l = dev.limits();
         let mut cap = init.cap;
@@ -108,7 +132,11 @@ impl QueuePair {
                 ));
             }
         }
-        let qpn = dev.alloc_qpn()?;
+        let qpn = if gsi {
+            dev.claim_gsi_qpn()?
+        } else {
+            dev.alloc_qpn()?
+        };
         pd.add_user();
         init.send_cq.add_user();
         init.recv_cq.add_user();
@@ -240,8 +268,10 @@ impl QueuePair {
             });
         }
         // IBTA §10.2.5 (Q_Keys): a Q_Key with the high bit set is controlled; only
-        // privileged consumers may give it to a QP, and every uroce QP is unprivileged.
-        if has(QpAttrMask::QKEY) && attr.qkey & 0x8000_0000 != 0 {
+        // privileged consumers may give it to a QP, and every uroce QP is unprivileged
+        // but QP1, whose Q_Key is the controlled 0x80010000 (§13.5.1, C13-8).
+        let gsi = self.qpn == uroce_wire::mad::GSI_QPN;
+        if has(QpAttrMask::QKEY) && attr.qkey & 0x8000_0000 != 0 && !gsi {
             return Err(E::PrivilegedQkey { qkey: attr.qkey });
         }
         if has(QpAttrMask::ALT_PATH) {

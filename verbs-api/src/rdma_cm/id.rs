@@ -1,0 +1,1343 @@
+//! Event channels, CM ids and their events (`rdma_create_event_channel(3)`,
+//! `rdma_create_id(3)`, `rdma_get_cm_event(3)`), and how the CM's events move an id and
+//! its QP.
+
+use super::addr::{self, canonical, PortSpace};
+use super::agent::{self, Agent, AgentState};
+use super::{CmError, CmResult};
+use crate::eventfd::EventFd;
+use crate::{AccessFlags, AhAttr, Gid, Pd, Qp, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use uroce_cm::{AcceptParams, CmEvent as Ev, ConnectParams, SidrParams, SidrReply, Transport};
+use uroce_wire::mad::cm::{RepRepr, ReqRepr};
+
+/// The Q_Key of UD QPs the RDMA CM connects (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+/// Bytes of the RDMA CM header at the start of a REQ's or SIDR_REQ's private data.
+pub const CMA_HEADER_LEN: usize = 36;
+/// User private data a REQ can carry after the RDMA CM header: 92 - 36.
+pub const CONNECT_PRIVATE_DATA_MAX: usize = 56;
+/// User private data a REP can carry (IBTA table 110).
+pub const ACCEPT_PRIVATE_DATA_MAX: usize = 196;
+/// User private data a REJ can carry (IBTA table 108).
+pub const REJECT_PRIVATE_DATA_MAX: usize = 148;
+/// User private data a SIDR_REQ can carry after the RDMA CM header: 216 - 36.
+pub const SIDR_PRIVATE_DATA_MAX: usize = 180;
+/// User private data a SIDR_REP can carry (IBTA table 120).
+pub const SIDR_REP_PRIVATE_DATA_MAX: usize = 136;
+/// IBTA table 109: "consumer defined", what `rdma_reject` sends.
+const REJ_CONSUMER_DEFINED: u16 = 28;
+/// IBTA table 109: "invalid GID".
+const REJ_INVALID_GID: u16 = 12;
+/// The packet lifetime exponent of a RoCE path (the kernel's rdma_cm uses 18 on 6.1):
+/// the local ACK timeout of a connected QP is one more.
+const ROCE_PACKET_LIFETIME: u8 = 18;
+
+/// The kind of an event (`enum rdma_cm_event_type`, same numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum CmEventKind {
+    /// `RDMA_CM_EVENT_ADDR_RESOLVED`.
+    AddrResolved = 0,
+    /// `RDMA_CM_EVENT_ADDR_ERROR`.
+    AddrError = 1,
+    /// `RDMA_CM_EVENT_ROUTE_RESOLVED`.
+    RouteResolved = 2,
+    /// `RDMA_CM_EVENT_ROUTE_ERROR`.
+    RouteError = 3,
+    /// `RDMA_CM_EVENT_CONNECT_REQUEST`: a new id, in [`CmEvent::id`], wants to connect.
+    ConnectRequest = 4,
+    /// `RDMA_CM_EVENT_CONNECT_RESPONSE`: the REP of an id with no QP arrived; call
+    /// [`CmId::establish`].
+    ConnectResponse = 5,
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`.
+    ConnectError = 6,
+    /// `RDMA_CM_EVENT_UNREACHABLE`: the peer never answered (status `-ETIMEDOUT`), or a
+    /// SIDR_REP said no (status: its SIDR status).
+    Unreachable = 7,
+    /// `RDMA_CM_EVENT_REJECTED`: status is the REJ reason (IBTA table 109).
+    Rejected = 8,
+    /// `RDMA_CM_EVENT_ESTABLISHED`.
+    Established = 9,
+    /// `RDMA_CM_EVENT_DISCONNECTED`.
+    Disconnected = 10,
+    /// `RDMA_CM_EVENT_DEVICE_REMOVAL`.
+    DeviceRemoval = 11,
+    /// `RDMA_CM_EVENT_MULTICAST_JOIN`.
+    MulticastJoin = 12,
+    /// `RDMA_CM_EVENT_MULTICAST_ERROR`.
+    MulticastError = 13,
+    /// `RDMA_CM_EVENT_ADDR_CHANGE`.
+    AddrChange = 14,
+    /// `RDMA_CM_EVENT_TIMEWAIT_EXIT`: the connection's QP may be reused.
+    TimewaitExit = 15,
+}
+
+impl CmEventKind {
+    /// librdmacm's name of the event (`rdma_event_str(3)`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CmEventKind::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
+            CmEventKind::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
+            CmEventKind::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
+            CmEventKind::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
+            CmEventKind::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
+            CmEventKind::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
+            CmEventKind::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
+            CmEventKind::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
+            CmEventKind::Rejected => "RDMA_CM_EVENT_REJECTED",
+            CmEventKind::Established => "RDMA_CM_EVENT_ESTABLISHED",
+            CmEventKind::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
+            CmEventKind::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
+            CmEventKind::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
+            CmEventKind::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
+            CmEventKind::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
+            CmEventKind::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+        }
+    }
+}
+
+/// Connection parameters (`struct rdma_conn_param`): what [`CmId::connect`] and
+/// [`CmId::accept`] send, and what a `ConnectRequest` / `Established` event received.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data: at most 56 bytes in `connect`, 196 in `accept`, 148 in `reject`.
+    pub private_data: Vec<u8>,
+    /// READ/atomic requests this side will answer at once (the QP's
+    /// `max_dest_rd_atomic`); capped at the device's `max_qp_rd_atom`.
+    pub responder_resources: u8,
+    /// READ/atomic requests this side will have outstanding (`max_rd_atomic`); capped
+    /// at `max_qp_init_rd_atom`.
+    pub initiator_depth: u8,
+    /// End-to-end flow control (carried, not used: uroce's RC has no credits).
+    pub flow_control: u8,
+    /// Transport retries, 0..=7 (the active side's QP `retry_cnt`).
+    pub retry_count: u8,
+    /// RNR retries, 0..=7, 7 = infinite.
+    pub rnr_retry_count: u8,
+    /// The QP uses an SRQ.
+    pub srq: bool,
+    /// The QPN to announce when the id has no QP of [`CmId::create_qp`]; 0 otherwise.
+    pub qp_num: u32,
+}
+
+/// What a UD connection resolved to (`struct rdma_ud_param`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UdParam {
+    /// Private data of the SIDR_REQ (after the RDMA CM header) or SIDR_REP.
+    pub private_data: Vec<u8>,
+    /// The address of the peer, for [`crate::Pd::create_ah`].
+    pub ah_attr: AhAttr,
+    /// The peer's QPN.
+    pub qp_num: u32,
+    /// The peer's Q_Key.
+    pub qkey: u32,
+}
+
+/// One event (`struct rdma_cm_event`). Dropping it acknowledges it
+/// (`rdma_ack_cm_event`).
+#[derive(Clone, Debug)]
+pub struct CmEvent {
+    /// The id the event is about; for `ConnectRequest`, the new id.
+    pub id: CmId,
+    /// For `ConnectRequest`: the listening id.
+    pub listen_id: Option<CmId>,
+    /// What happened.
+    pub kind: CmEventKind,
+    /// 0, a negative errno, a REJ reason or a SIDR status (see [`CmEventKind`]).
+    pub status: i32,
+    /// Connection parameters of connected (RC/UC) ids.
+    pub param: ConnParam,
+    /// Parameters of UD ids.
+    pub ud: Option<UdParam>,
+}
+
+struct ChanInner {
+    fd: EventFd,
+    queue: Mutex<VecDeque<CmEvent>>,
+}
+
+/// An event channel (`struct rdma_event_channel`): where the events of its ids arrive.
+/// Its descriptor ([`EventChannel::fd`]) is readable exactly while an event is waiting.
+#[derive(Clone)]
+pub struct EventChannel {
+    inner: Arc<ChanInner>,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel").field("fd", &self.fd()).finish()
+    }
+}
+
+impl EventChannel {
+    /// A new channel (`rdma_create_event_channel(3)`).
+    pub fn new() -> CmResult<EventChannel> {
+        Ok(EventChannel {
+            inner: Arc::new(ChanInner {
+                fd: EventFd::new()?,
+                queue: Mutex::new(VecDeque::new()),
+            }),
+        })
+    }
+
+    /// The next event, waiting for it (`rdma_get_cm_event(3)`).
+    pub fn get_event(&self) -> CmResult<CmEvent> {
+        loop {
+            if let Some(e) = self.try_get_event() {
+                return Ok(e);
+            }
+            self.inner.fd.wait(-1)?;
+        }
+    }
+
+    /// The next event, waiting at most `timeout`; [`CmError::NoEvent`] when none came.
+    pub fn get_event_timeout(&self, timeout: Duration) -> CmResult<CmEvent> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.try_get_event() {
+                return Ok(e);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(CmError::NoEvent);
+            }
+            let ms = i32::try_from(left.as_millis().max(1)).unwrap_or(i32::MAX);
+            self.inner.fd.wait(ms)?;
+        }
+    }
+
+    /// The next event if one is waiting (a non-blocking channel's `EAGAIN` otherwise).
+    pub fn try_get_event(&self) -> Option<CmEvent> {
+        let mut q = self.inner.queue.lock();
+        let e = q.pop_front();
+        if q.is_empty() {
+            self.inner.fd.clear();
+        }
+        e
+    }
+
+    /// The descriptor to poll for events (`channel->fd`).
+    pub fn fd(&self) -> RawFd {
+        self.inner.fd.fd()
+    }
+
+    fn push(&self, e: CmEvent) {
+        let mut q = self.inner.queue.lock();
+        q.push_back(e);
+        self.inner.fd.signal();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    Listen,
+    /// Passive side, REQ received, not yet accepted or rejected.
+    ConnectRequest,
+    /// Active side, REQ (or SIDR_REQ) sent.
+    Connecting,
+    /// Active side with no QP: REP received, waiting for `establish`.
+    ConnectResponse,
+    /// Passive side, REP sent, waiting for the RTU.
+    Accepting,
+    Established,
+    Disconnected,
+    Failed,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::AddrBound => "bound",
+            State::AddrResolved => "address resolved",
+            State::RouteResolved => "route resolved",
+            State::Listen => "listening",
+            State::ConnectRequest => "a connect request",
+            State::Connecting => "connecting",
+            State::ConnectResponse => "waiting for establish",
+            State::Accepting => "accepting",
+            State::Established => "connected",
+            State::Disconnected => "disconnected",
+            State::Failed => "failed",
+        }
+    }
+}
+
+struct IdState {
+    state: State,
+    agent: Option<Arc<Agent>>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    /// The bound port this id reserved, on which agents.
+    reserved: Vec<(Arc<Agent>, PortSpace, u16)>,
+    listeners: Vec<(Arc<Agent>, uroce_cm::ListenerId)>,
+    conn: Option<uroce_cm::CmId>,
+    qp: Option<Qp>,
+    /// Passive side: the REQ this id answers.
+    req: Option<ReqRepr>,
+    /// Parameters of `connect`/`accept`, for the QP's access flags.
+    responder_resources: u8,
+    /// Passive side: (responder resources, initiator depth) the request offered us.
+    offered: (u8, u8),
+    disconnect_reported: bool,
+}
+
+pub(crate) struct IdInner {
+    channel: EventChannel,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+    user: AtomicU64,
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        let conn = st.conn.take();
+        let mut by_agent: Vec<(Arc<Agent>, agent::Cleanup)> = Vec::new();
+        fn entry<'v>(
+            v: &'v mut Vec<(Arc<Agent>, agent::Cleanup)>,
+            a: &Arc<Agent>,
+        ) -> &'v mut agent::Cleanup {
+            let i = match v.iter().position(|(x, _)| Arc::ptr_eq(x, a)) {
+                Some(i) => i,
+                None => {
+                    v.push((a.clone(), agent::Cleanup::default()));
+                    v.len() - 1
+                }
+            };
+            &mut v[i].1
+        }
+        if let (Some(c), Some(a)) = (conn, st.agent.as_ref()) {
+            entry(&mut by_agent, a).conn = Some(c);
+        }
+        for (a, l) in st.listeners.drain(..) {
+            entry(&mut by_agent, &a).listeners.push(l);
+        }
+        for (a, ps, port) in st.reserved.drain(..) {
+            entry(&mut by_agent, &a).ports.push((ps, port));
+        }
+        for (a, c) in by_agent {
+            a.bury(c);
+        }
+    }
+}
+
+/// A CM id (`struct rdma_cm_id`): one endpoint of a connection, or a listener. Cheap to
+/// clone; the id is destroyed (`rdma_destroy_id(3)`: its connection torn down, its port
+/// released) when the last clone, including those in events, is dropped.
+#[derive(Clone)]
+pub struct CmId {
+    inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.st.lock();
+        f.debug_struct("CmId")
+            .field("ps", &self.inner.ps)
+            .field("state", &st.state)
+            .field("src", &st.src)
+            .field("dst", &st.dst)
+            .finish()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, o: &CmId) -> bool {
+        Arc::ptr_eq(&self.inner, &o.inner)
+    }
+}
+impl Eq for CmId {}
+
+fn bad(call: &'static str, s: State) -> CmError {
+    CmError::BadState {
+        call,
+        state: s.name(),
+    }
+}
+
+impl CmId {
+    /// A new id whose events go to `channel` (`rdma_create_id(3)`).
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> CmResult<CmId> {
+        Ok(Self::with_state(channel, ps, State::Idle, None))
+    }
+
+    fn with_state(
+        channel: &EventChannel,
+        ps: PortSpace,
+        state: State,
+        agent: Option<Arc<Agent>>,
+    ) -> CmId {
+        CmId {
+            inner: Arc::new(IdInner {
+                channel: channel.clone(),
+                ps,
+                st: Mutex::new(IdState {
+                    state,
+                    agent,
+                    src: None,
+                    dst: None,
+                    reserved: Vec::new(),
+                    listeners: Vec::new(),
+                    conn: None,
+                    qp: None,
+                    req: None,
+                    responder_resources: 0,
+                    offered: (0, 0),
+                    disconnect_reported: false,
+                }),
+                user: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The channel its events go to.
+    pub fn channel(&self) -> &EventChannel {
+        &self.inner.channel
+    }
+
+    /// A number the caller keeps with the id (librdmacm's `id->context`).
+    pub fn user_context(&self) -> u64 {
+        self.inner.user.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`CmId::user_context`].
+    pub fn set_user_context(&self, v: u64) {
+        self.inner.user.store(v, Ordering::Relaxed);
+    }
+
+    /// The device context the id is bound to (`id->verbs`), once bound to a specific
+    /// address or resolved.
+    pub fn context(&self) -> Option<crate::Context> {
+        self.inner.st.lock().agent.as_ref().map(|a| a.ctx.clone())
+    }
+
+    /// The QP of [`CmId::create_qp`] (`id->qp`).
+    pub fn qp(&self) -> Option<Qp> {
+        self.inner.st.lock().qp.clone()
+    }
+
+    /// The local address (`rdma_get_local_addr(3)`).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().src
+    }
+
+    /// The peer's address (`rdma_get_peer_addr(3)`).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().dst
+    }
+
+    /// The local GID (the local address as a RoCEv2 GID).
+    pub fn local_gid(&self) -> Option<Gid> {
+        self.inner.st.lock().agent.as_ref().map(|a| a.gid)
+    }
+
+    fn lock_both(&self) -> (Option<Arc<Agent>>, parking_lot::MutexGuard<'_, IdState>) {
+        let st = self.inner.st.lock();
+        (st.agent.clone(), st)
+    }
+
+    /// Binds the id to a local address and port (`rdma_bind_addr(3)`); port 0 picks a
+    /// free one. An unspecified address (`0.0.0.0`, `::`) binds to no device yet: a
+    /// listen on it listens on every uroce device this process can open.
+    ///
+    /// # Errors
+    /// [`CmError::NoDevice`] when no uroce device has the address (`EADDRNOTAVAIL`),
+    /// [`CmError::AddrInUse`] when the port is bound (`EADDRINUSE`).
+    pub fn bind_addr(&self, addr: SocketAddr) -> CmResult<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != State::Idle {
+            return Err(bad("bind_addr", st.state));
+        }
+        if addr.ip().is_unspecified() {
+            st.src = Some(addr);
+            st.state = State::AddrBound;
+            return Ok(());
+        }
+        let dev = addr::device_of(&crate::devices()?, addr.ip())?;
+        let a = agent::agent_for(&dev)?;
+        let port = reserve(&a, self.inner.ps, addr.port())?;
+        st.reserved.push((a.clone(), self.inner.ps, port));
+        st.src = Some(SocketAddr::new(dev.addr(), port));
+        st.agent = Some(a);
+        st.state = State::AddrBound;
+        Ok(())
+    }
+
+    /// Resolves `dst` to a local device (`rdma_resolve_addr(3)`): from `src` when given,
+    /// else the device the route to `dst` leaves from (see the module docs). Raises
+    /// `AddrResolved` on the id's channel. No ARP is needed: the peer's GID is its address.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> CmResult<()> {
+        let mut st = self.inner.st.lock();
+        let dst = SocketAddr::new(canonical(dst.ip()), dst.port());
+        let bound = st.state == State::AddrBound && st.agent.is_some();
+        if !(st.state == State::Idle || st.state == State::AddrBound) {
+            return Err(bad("resolve_addr", st.state));
+        }
+        if !bound {
+            let src = src.or(st.src);
+            let devs = crate::devices()?;
+            let dev = match src {
+                Some(s) if !s.ip().is_unspecified() => addr::device_of(&devs, s.ip())?,
+                _ => addr::source_for(&devs, dst.ip())?,
+            };
+            let a = agent::agent_for(&dev)?;
+            let port = reserve(&a, self.inner.ps, src.map(|s| s.port()).unwrap_or(0))?;
+            st.reserved.push((a.clone(), self.inner.ps, port));
+            st.src = Some(SocketAddr::new(dev.addr(), port));
+            st.agent = Some(a);
+        }
+        st.dst = Some(dst);
+        st.state = State::AddrResolved;
+        drop(st);
+        self.event(CmEventKind::AddrResolved, 0);
+        Ok(())
+    }
+
+    /// Resolves the route (`rdma_resolve_route(3)`): on RoCE the path is built locally,
+    /// so this raises `RouteResolved` at once.
+    pub fn resolve_route(&self, _timeout: Duration) -> CmResult<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != State::AddrResolved {
+            return Err(bad("resolve_route", st.state));
+        }
+        st.state = State::RouteResolved;
+        drop(st);
+        self.event(CmEventKind::RouteResolved, 0);
+        Ok(())
+    }
+
+    fn event(&self, kind: CmEventKind, status: i32) {
+        self.inner.channel.push(CmEvent {
+            id: self.clone(),
+            listen_id: None,
+            kind,
+            status,
+            param: ConnParam::default(),
+            ud: None,
+        });
+    }
+
+    /// Creates the id's QP on `pd` (`rdma_create_qp(3)`): `pd` must be of
+    /// [`CmId::context`]. RC and UC QPs are moved to INIT (the connection moves them
+    /// on); a UD QP to RTS with Q_Key [`RDMA_UDP_QKEY`].
+    pub fn create_qp(&self, pd: &Pd, init: &QpInitAttr<'_>) -> CmResult<Qp> {
+        let mut st = self.inner.st.lock();
+        let Some(a) = st.agent.clone() else {
+            return Err(bad("create_qp", st.state));
+        };
+        if !Arc::ptr_eq(pd.provider().device(), a.ctx.provider()) {
+            return Err(CmError::Invalid(
+                "the PD belongs to another device than the id (use id.context())",
+            ));
+        }
+        if st.qp.is_some() {
+            return Err(CmError::Invalid("the id has a QP already"));
+        }
+        if self.inner.ps.is_datagram() != (init.qp_type == QpType::Ud) {
+            return Err(CmError::Invalid(
+                "RDMA_PS_UDP ids take UD QPs, RDMA_PS_TCP ids RC or UC QPs",
+            ));
+        }
+        let qp = pd.create_qp(init)?;
+        if init.qp_type == QpType::Ud {
+            qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Init,
+                    port_num: 1,
+                    qkey: RDMA_UDP_QKEY,
+                    ..QpAttr::default()
+                },
+                QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX | QpAttrMask::QKEY,
+            )?;
+            qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Rtr,
+                    ..QpAttr::default()
+                },
+                QpAttrMask::STATE,
+            )?;
+            let psn = (a.state.lock().random() & 0xff_ffff) as u32;
+            qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Rts,
+                    sq_psn: psn,
+                    ..QpAttr::default()
+                },
+                QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+            )?;
+        } else {
+            qp.modify(
+                &QpAttr {
+                    qp_state: QpState::Init,
+                    port_num: 1,
+                    qp_access_flags: 0,
+                    ..QpAttr::default()
+                },
+                QpAttrMask::STATE
+                    | QpAttrMask::PORT
+                    | QpAttrMask::PKEY_INDEX
+                    | QpAttrMask::ACCESS_FLAGS,
+            )?;
+        }
+        st.qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// Forgets the QP (`rdma_destroy_qp(3)`); the QP itself goes when its last handle does.
+    pub fn destroy_qp(&self) {
+        self.inner.st.lock().qp = None;
+    }
+
+    /// Listens for connection requests (`rdma_listen(3)`) on the bound address: one
+    /// device, or every device this process can open for an unspecified address. The
+    /// backlog is not limited.
+    pub fn listen(&self, _backlog: i32) -> CmResult<()> {
+        let mut st = self.inner.st.lock();
+        if st.state != State::AddrBound {
+            return Err(bad("listen", st.state));
+        }
+        let src = st.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let agents: Vec<Arc<Agent>> = match &st.agent {
+            Some(a) => vec![a.clone()],
+            None => crate::devices()?
+                .iter()
+                .filter_map(|d| agent::agent_for(d).ok())
+                .collect(),
+        };
+        if agents.is_empty() {
+            return Err(CmError::NoDevice(src.ip()));
+        }
+        let mut port = src.port();
+        for a in &agents {
+            let already = st
+                .reserved
+                .iter()
+                .any(|(x, ps, p)| Arc::ptr_eq(x, a) && *ps == self.inner.ps && *p == port);
+            if !already {
+                let p = reserve(a, self.inner.ps, port)?;
+                port = p;
+                st.reserved.push((a.clone(), self.inner.ps, p));
+            }
+        }
+        for a in &agents {
+            let mut ast = a.state.lock();
+            let l = ast.cm.listen(addr::service_id(self.inner.ps, port))?;
+            ast.listeners.insert(l, Arc::downgrade(&self.inner));
+            st.listeners.push((a.clone(), l));
+        }
+        st.src = Some(SocketAddr::new(src.ip(), port));
+        st.state = State::Listen;
+        Ok(())
+    }
+
+    /// Connects (`rdma_connect(3)`): sends the REQ (RC/UC) or SIDR_REQ (UD) carrying
+    /// `param.private_data` (at most 56, or 180 for UD, bytes). The outcome arrives as an
+    /// event: `Established`, `Rejected`, `Unreachable` or `ConnectError`. `None` is
+    /// librdmacm's NULL: the device's maximum responder resources and initiator depth,
+    /// 7 retries and 7 (infinite) RNR retries; 255 in either field also means the maximum.
+    pub fn connect(&self, param: Option<&ConnParam>) -> CmResult<()> {
+        let default = ConnParam {
+            responder_resources: u8::MAX,
+            initiator_depth: u8::MAX,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        let param = param.unwrap_or(&default);
+        let (agent, mut st) = self.lock_both();
+        let Some(a) = agent else {
+            return Err(bad("connect", st.state));
+        };
+        if st.state != State::RouteResolved {
+            return Err(bad("connect", st.state));
+        }
+        let (Some(src), Some(dst)) = (st.src, st.dst) else {
+            return Err(bad("connect", st.state));
+        };
+        let hdr = cma_header(src, dst);
+        let limits = a.ctx.query_device();
+        let mut ast = a.state.lock();
+        let now = agent::now();
+        let remote_gid = Gid::from_ip(dst.ip());
+        let conn = if self.inner.ps.is_datagram() {
+            if param.private_data.len() > SIDR_PRIVATE_DATA_MAX {
+                return Err(CmError::Invalid("at most 180 bytes of private data in a UD connect"));
+            }
+            let mut pd = hdr.to_vec();
+            pd.extend_from_slice(&param.private_data);
+            ast.cm.sidr_request(
+                now,
+                SidrParams {
+                    service_id: addr::service_id(self.inner.ps, dst.port()),
+                    local_gid: a.gid,
+                    remote_gid,
+                    private_data: pd,
+                },
+            )?
+        } else {
+            if param.private_data.len() > CONNECT_PRIVATE_DATA_MAX {
+                return Err(CmError::Invalid("at most 56 bytes of private data in connect"));
+            }
+            let qpn = match &st.qp {
+                Some(q) => q.qp_num(),
+                None if param.qp_num != 0 => param.qp_num,
+                None => return Err(CmError::Invalid("connect needs a QP (create_qp) or qp_num")),
+            };
+            let transport = match st.qp.as_ref().map(|q| q.qp_type()) {
+                Some(QpType::Uc) => Transport::Uc,
+                _ => Transport::Rc,
+            };
+            let rr = param.responder_resources.min(cap_u8(limits.max_qp_rd_atom));
+            let id = param.initiator_depth.min(cap_u8(limits.max_qp_init_rd_atom));
+            st.responder_resources = rr;
+            if let Some(qp) = &st.qp {
+                init_access(qp, rr)?;
+            }
+            let mut pd = hdr.to_vec();
+            pd.extend_from_slice(&param.private_data);
+            let psn = (ast.random() & 0xff_ffff) as u32;
+            ast.cm.connect(
+                now,
+                ConnectParams {
+                    service_id: addr::service_id(self.inner.ps, dst.port()),
+                    local_gid: a.gid,
+                    remote_gid,
+                    qpn,
+                    transport,
+                    starting_psn: psn,
+                    path_mtu: a.ctx.query_port(1)?.active_mtu,
+                    responder_resources: rr,
+                    initiator_depth: id,
+                    retry_count: param.retry_count.min(7),
+                    rnr_retry_count: param.rnr_retry_count.min(7),
+                    local_ack_timeout: ROCE_PACKET_LIFETIME + 1,
+                    srq: param.srq,
+                    hop_limit: 64,
+                    traffic_class: 0,
+                    flow_label: 0,
+                    private_data: pd,
+                },
+            )?
+        };
+        ast.conns.insert(conn, Arc::downgrade(&self.inner));
+        st.conn = Some(conn);
+        st.state = State::Connecting;
+        drop(st);
+        a.pump(&mut ast);
+        Ok(())
+    }
+
+    /// Accepts a connection request (`rdma_accept(3)`) on the id of a `ConnectRequest`
+    /// event: moves its QP to RTR and RTS with the REQ's parameters, then sends the REP
+    /// (UD: the SIDR_REP with the QP's number and Q_Key). `Established` follows when the
+    /// RTU arrives. `None` is librdmacm's NULL: the responder resources and initiator
+    /// depth the request offered (capped at the device's), 7 RNR retries; 255 in either
+    /// field also means what the request offered.
+    pub fn accept(&self, param: Option<&ConnParam>) -> CmResult<()> {
+        let (agent, mut st) = self.lock_both();
+        let default = ConnParam {
+            responder_resources: u8::MAX,
+            initiator_depth: u8::MAX,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        };
+        let param = param.unwrap_or(&default);
+        let Some(a) = agent else {
+            return Err(bad("accept", st.state));
+        };
+        if st.state == State::ConnectResponse {
+            drop(st);
+            return self.establish();
+        }
+        if st.state != State::ConnectRequest {
+            return Err(bad("accept", st.state));
+        }
+        let Some(conn) = st.conn else {
+            return Err(bad("accept", st.state));
+        };
+        let limits = a.ctx.query_device();
+        let mut ast = a.state.lock();
+        let now = agent::now();
+        if self.inner.ps.is_datagram() {
+            if param.private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
+                return Err(CmError::Invalid("at most 136 bytes of private data in a UD accept"));
+            }
+            let qpn = match &st.qp {
+                Some(q) => q.qp_num(),
+                None => param.qp_num,
+            };
+            ast.cm.sidr_reply(
+                now,
+                conn,
+                SidrReply {
+                    status: 0,
+                    qpn,
+                    q_key: RDMA_UDP_QKEY,
+                    private_data: param.private_data.clone(),
+                },
+            )?;
+            st.state = State::Established;
+            drop(st);
+            a.pump(&mut ast);
+            return Ok(());
+        }
+        if param.private_data.len() > ACCEPT_PRIVATE_DATA_MAX {
+            return Err(CmError::Invalid("at most 196 bytes of private data in accept"));
+        }
+        let qpn = match &st.qp {
+            Some(q) => q.qp_num(),
+            None if param.qp_num != 0 => param.qp_num,
+            None => return Err(CmError::Invalid("accept needs a QP (create_qp) or qp_num")),
+        };
+        let (orr, oid) = st.offered;
+        let pick = |v: u8, offered: u8| if v == u8::MAX { offered } else { v };
+        let rr = pick(param.responder_resources, orr).min(cap_u8(limits.max_qp_rd_atom));
+        let idp = pick(param.initiator_depth, oid).min(cap_u8(limits.max_qp_init_rd_atom));
+        st.responder_resources = rr;
+        let psn = (ast.random() & 0xff_ffff) as u32;
+        ast.cm.accept(
+            now,
+            conn,
+            AcceptParams {
+                qpn,
+                starting_psn: psn,
+                responder_resources: rr,
+                initiator_depth: idp,
+                rnr_retry_count: param.rnr_retry_count.min(7),
+                srq: param.srq,
+                target_ack_delay: 0,
+                private_data: param.private_data.clone(),
+            },
+        )?;
+        // The REP is only queued: the QP reaches RTS before it leaves (the kernel's
+        // rdma_cm moves the QP before sending the REP too).
+        if let Some(qp) = st.qp.clone() {
+            if let Err(e) = init_access(&qp, rr)
+                .and_then(|_| move_qp(&ast, conn, &qp, QpState::Rtr))
+                .and_then(|_| move_qp(&ast, conn, &qp, QpState::Rts))
+            {
+                let _ = ast.cm.reject(now, conn, REJ_CONSUMER_DEFINED, &[]);
+                st.state = State::Failed;
+                drop(st);
+                a.pump(&mut ast);
+                return Err(e);
+            }
+        }
+        st.state = State::Accepting;
+        drop(st);
+        a.pump(&mut ast);
+        Ok(())
+    }
+
+    /// The attributes that move a QP of this id's connection to `state`
+    /// (`rdma_init_qp_attr(3)`), for programs that create and move their own QP: INIT
+    /// (port 1, P_Key index 0, the access flags the connection grants), RTR and RTS
+    /// (from the REQ and REP: the peer's GID and QPN, PSNs, MTU, READ/atomic depths,
+    /// timeouts and retry counts; IBTA vol. 1 §12.7).
+    pub fn init_qp_attr(&self, state: QpState) -> CmResult<(QpAttr, QpAttrMask)> {
+        let (agent, st) = self.lock_both();
+        let Some(a) = agent else {
+            return Err(bad("init_qp_attr", st.state));
+        };
+        if state == QpState::Init {
+            let mut acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            if st.responder_resources > 0 || st.offered.0 > 0 {
+                acc |= AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+            }
+            let ud = self.inner.ps.is_datagram();
+            let attr = QpAttr {
+                qp_state: QpState::Init,
+                port_num: 1,
+                pkey_index: 0,
+                qp_access_flags: if ud { 0 } else { acc.bits() },
+                qkey: RDMA_UDP_QKEY,
+                ..QpAttr::default()
+            };
+            let mask = QpAttrMask::STATE
+                | QpAttrMask::PORT
+                | QpAttrMask::PKEY_INDEX
+                | if ud {
+                    QpAttrMask::QKEY
+                } else {
+                    QpAttrMask::ACCESS_FLAGS
+                };
+            return Ok((attr, mask));
+        }
+        let Some(conn) = st.conn else {
+            return Err(bad("init_qp_attr", st.state));
+        };
+        let ast = a.state.lock();
+        Ok(ast.cm.qp_attr(conn, state)?)
+    }
+
+    /// Completes the connection of an active id that has no QP (`rdma_establish(3)`),
+    /// after its `ConnectResponse` event: sends the RTU.
+    pub fn establish(&self) -> CmResult<()> {
+        let (agent, mut st) = self.lock_both();
+        let (Some(a), Some(conn)) = (agent, st.conn) else {
+            return Err(bad("establish", st.state));
+        };
+        if st.state != State::ConnectResponse {
+            return Err(bad("establish", st.state));
+        }
+        let mut ast = a.state.lock();
+        ast.cm.ready_to_use(agent::now(), conn, &[])?;
+        st.state = State::Established;
+        drop(st);
+        a.pump(&mut ast);
+        Ok(())
+    }
+
+    /// Rejects a connection request (`rdma_reject(3)`): REJ reason 28 (consumer defined)
+    /// with `private_data` (at most 148 bytes); UD: SIDR_REP status 2 (rejected).
+    pub fn reject(&self, private_data: &[u8]) -> CmResult<()> {
+        let (agent, mut st) = self.lock_both();
+        let (Some(a), Some(conn)) = (agent, st.conn) else {
+            return Err(bad("reject", st.state));
+        };
+        if st.state != State::ConnectRequest {
+            return Err(bad("reject", st.state));
+        }
+        let mut ast = a.state.lock();
+        let now = agent::now();
+        if self.inner.ps.is_datagram() {
+            if private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
+                return Err(CmError::Invalid("at most 136 bytes of private data in a UD reject"));
+            }
+            ast.cm.sidr_reply(
+                now,
+                conn,
+                SidrReply {
+                    status: 2,
+                    qpn: 0,
+                    q_key: 0,
+                    private_data: private_data.to_vec(),
+                },
+            )?;
+        } else {
+            if private_data.len() > REJECT_PRIVATE_DATA_MAX {
+                return Err(CmError::Invalid("at most 148 bytes of private data in reject"));
+            }
+            ast.cm.reject(now, conn, REJ_CONSUMER_DEFINED, private_data)?;
+        }
+        st.state = State::Failed;
+        drop(st);
+        a.pump(&mut ast);
+        Ok(())
+    }
+
+    /// Disconnects (`rdma_disconnect(3)`): the QP moves to ERR (its outstanding WRs are
+    /// flushed) and a DREQ is sent, or the DREP when the peer's DREQ came first.
+    /// `Disconnected` follows on both sides.
+    pub fn disconnect(&self) -> CmResult<()> {
+        let (agent, mut st) = self.lock_both();
+        let (Some(a), Some(conn)) = (agent, st.conn) else {
+            return Err(bad("disconnect", st.state));
+        };
+        if !matches!(
+            st.state,
+            State::Established | State::Accepting | State::Connecting | State::Disconnected
+        ) {
+            return Err(bad("disconnect", st.state));
+        }
+        if let Some(qp) = &st.qp {
+            to_err(qp);
+        }
+        let mut ast = a.state.lock();
+        ast.cm.disconnect(agent::now(), conn, &[])?;
+        if st.state != State::Disconnected {
+            st.state = State::Disconnected;
+        }
+        drop(st);
+        a.pump(&mut ast);
+        Ok(())
+    }
+}
+
+fn cap_u8(v: u32) -> u8 {
+    u8::try_from(v).unwrap_or(u8::MAX)
+}
+
+/// Reserves `port` (0: an ephemeral one) in `ps` on `a`'s device.
+fn reserve(a: &Arc<Agent>, ps: PortSpace, port: u16) -> CmResult<u16> {
+    let mut ast = a.state.lock();
+    if port == 0 {
+        return ast
+            .ephemeral_port(ps)
+            .ok_or(CmError::Invalid("no free port left"));
+    }
+    if !ast.ports.insert((ps, port)) {
+        return Err(CmError::AddrInUse {
+            addr: a.ctx.query_gid(1, 0).map(|g| g.to_ip()).unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            port,
+        });
+    }
+    Ok(port)
+}
+
+/// The RDMA CM header (the kernel's `struct cma_hdr`, 36 bytes): version 0, the IP
+/// version in the high nibble of byte 1, the active side's port, then the source and
+/// destination addresses, 16 bytes each (an IPv4 address in the last 4).
+pub(crate) fn cma_header(src: SocketAddr, dst: SocketAddr) -> [u8; CMA_HEADER_LEN] {
+    let mut h = [0u8; CMA_HEADER_LEN];
+    let v4 = canonical(src.ip()).is_ipv4() && canonical(dst.ip()).is_ipv4();
+    h[1] = if v4 { 4 << 4 } else { 6 << 4 };
+    h[2..4].copy_from_slice(&src.port().to_be_bytes());
+    let put = |b: &mut [u8], ip: IpAddr| match (canonical(ip), v4) {
+        (IpAddr::V4(a), true) => b[12..16].copy_from_slice(&a.octets()),
+        (ip, _) => b.copy_from_slice(&Gid::from_ip(ip).0),
+    };
+    put(&mut h[4..20], src.ip());
+    put(&mut h[20..36], dst.ip());
+    h
+}
+
+/// The (source, destination) of an RDMA CM header, or `None` when it is not version 0
+/// with IP version 4 or 6.
+pub(crate) fn parse_cma_header(b: &[u8]) -> Option<(SocketAddr, IpAddr)> {
+    if b.len() < CMA_HEADER_LEN || b[0] != 0 {
+        return None;
+    }
+    let port = u16::from_be_bytes([b[2], b[3]]);
+    let get = |x: &[u8]| -> Option<IpAddr> {
+        match b[1] >> 4 {
+            4 => Some(IpAddr::from([x[12], x[13], x[14], x[15]])),
+            6 => {
+                let mut g = [0u8; 16];
+                g.copy_from_slice(x);
+                Some(canonical(IpAddr::from(g)))
+            }
+            _ => None,
+        }
+    };
+    Some((SocketAddr::new(get(&b[4..20])?, port), get(&b[20..36])?))
+}
+
+/// INIT -> INIT with the access flags of the connection (the kernel's CM grants remote
+/// WRITE always, READ and atomics when responder resources were offered).
+fn init_access(qp: &Qp, responder_resources: u8) -> CmResult<()> {
+    if qp.qp_type() == QpType::Ud || qp.state() != QpState::Init {
+        return Ok(());
+    }
+    let mut acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    if responder_resources > 0 {
+        acc |= AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    }
+    qp.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: acc.bits(),
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE | QpAttrMask::ACCESS_FLAGS,
+    )?;
+    Ok(())
+}
+
+fn move_qp(ast: &AgentState, conn: uroce_cm::CmId, qp: &Qp, to: QpState) -> CmResult<()> {
+    let (attr, mask) = ast.cm.qp_attr(conn, to)?;
+    let mask = if qp.qp_type() == QpType::Uc {
+        mask - (QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER
+            | QpAttrMask::MAX_QP_RD_ATOMIC
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY)
+    } else {
+        mask
+    };
+    qp.modify(&attr, mask)?;
+    Ok(())
+}
+
+fn to_err(qp: &Qp) {
+    let _ = qp.modify(
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        QpAttrMask::STATE,
+    );
+}
+
+fn push(inner: &Arc<IdInner>, listen: Option<CmId>, kind: CmEventKind, status: i32, param: ConnParam, ud: Option<UdParam>) {
+    inner.channel.push(CmEvent {
+        id: CmId {
+            inner: inner.clone(),
+        },
+        listen_id: listen,
+        kind,
+        status,
+        param,
+        ud,
+    });
+}
+
+fn rep_param(rep: &RepRepr) -> ConnParam {
+    ConnParam {
+        private_data: rep.private_data.to_vec(),
+        responder_resources: rep.initiator_depth,
+        initiator_depth: rep.responder_resources,
+        flow_control: u8::from(rep.end_to_end_flow_control),
+        retry_count: 0,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: rep.srq,
+        qp_num: rep.local_qpn,
+    }
+}
+
+/// Applies one event of the CM to the id it concerns (the agent's state is locked).
+pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
+    let now = agent::now();
+    let conn_of = |st: &mut AgentState, c: uroce_cm::CmId| -> Option<Arc<IdInner>> {
+        let w = st.conns.get(&c)?;
+        match w.upgrade() {
+            Some(i) => Some(i),
+            None => {
+                st.conns.remove(&c);
+                st.cm.destroy(now, c);
+                None
+            }
+        }
+    };
+    match ev {
+        Ev::ReqReceived {
+            listener,
+            id,
+            from,
+            req,
+        } => {
+            let Some(l) = st.listeners.get(&listener).and_then(Weak::upgrade) else {
+                let _ = st.cm.reject(now, id, REJ_CONSUMER_DEFINED, &[]);
+                return;
+            };
+            let Some((src, dst_ip)) = parse_cma_header(&req.private_data) else {
+                let _ = st.cm.reject(now, id, REJ_CONSUMER_DEFINED, &[]);
+                return;
+            };
+            // A GID of the other IP family than this device's cannot be answered.
+            if canonical(from.to_ip()).is_ipv4() != canonical(a.gid.to_ip()).is_ipv4() {
+                let _ = st.cm.reject(now, id, REJ_INVALID_GID, &[]);
+                return;
+            }
+            let lport = l.st.lock().src.map(|s| s.port()).unwrap_or(0);
+            let child = CmId::with_state(
+                &l.channel,
+                l.ps,
+                State::ConnectRequest,
+                Some(agent_arc(a, st)),
+            );
+            {
+                let mut cs = child.inner.st.lock();
+                cs.src = Some(SocketAddr::new(dst_ip, lport));
+                cs.dst = Some(src);
+                cs.conn = Some(id);
+                cs.req = Some(req);
+                cs.offered = (req.initiator_depth, req.responder_resources);
+            }
+            st.conns.insert(id, Arc::downgrade(&child.inner));
+            let param = ConnParam {
+                private_data: req.private_data[CMA_HEADER_LEN..].to_vec(),
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                flow_control: u8::from(req.end_to_end_flow_control),
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                srq: req.srq,
+                qp_num: req.local_qpn,
+            };
+            push(&child.inner, Some(CmId { inner: l }), CmEventKind::ConnectRequest, 0, param, None);
+        }
+        Ev::SidrReqReceived {
+            listener,
+            id,
+            from,
+            req,
+        } => {
+            let Some(l) = st.listeners.get(&listener).and_then(Weak::upgrade) else {
+                return;
+            };
+            let Some((src, dst_ip)) = parse_cma_header(&req.private_data) else {
+                let _ = st.cm.sidr_reply(
+                    now,
+                    id,
+                    SidrReply {
+                        status: 2,
+                        qpn: 0,
+                        q_key: 0,
+                        private_data: Vec::new(),
+                    },
+                );
+                return;
+            };
+            let lport = l.st.lock().src.map(|s| s.port()).unwrap_or(0);
+            let child = CmId::with_state(
+                &l.channel,
+                l.ps,
+                State::ConnectRequest,
+                Some(agent_arc(a, st)),
+            );
+            {
+                let mut cs = child.inner.st.lock();
+                cs.src = Some(SocketAddr::new(dst_ip, lport));
+                cs.dst = Some(src);
+                cs.conn = Some(id);
+            }
+            st.conns.insert(id, Arc::downgrade(&child.inner));
+            let ud = UdParam {
+                private_data: req.private_data[CMA_HEADER_LEN..].to_vec(),
+                ah_attr: AhAttr {
+                    dgid: from,
+                    is_global: true,
+                    ..AhAttr::default()
+                },
+                qp_num: 0,
+                qkey: RDMA_UDP_QKEY,
+            };
+            push(&child.inner, Some(CmId { inner: l }), CmEventKind::ConnectRequest, 0, ConnParam::default(), Some(ud));
+        }
+        Ev::RepReceived { id, rep } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if s.state != State::Connecting {
+                return;
+            }
+            let param = rep_param(&rep);
+            let Some(qp) = s.qp.clone() else {
+                s.state = State::ConnectResponse;
+                drop(s);
+                push(&inner, None, CmEventKind::ConnectResponse, 0, param, None);
+                return;
+            };
+            let moved = move_qp(st, id, &qp, QpState::Rtr)
+                .and_then(|_| move_qp(st, id, &qp, QpState::Rts));
+            match moved {
+                Ok(()) => {
+                    let _ = st.cm.ready_to_use(now, id, &[]);
+                    s.state = State::Established;
+                    drop(s);
+                    push(&inner, None, CmEventKind::Established, 0, param, None);
+                }
+                Err(e) => {
+                    let _ = st.cm.reject(now, id, REJ_CONSUMER_DEFINED, &[]);
+                    s.state = State::Failed;
+                    drop(s);
+                    let errno = -e.errno();
+                    push(&inner, None, CmEventKind::ConnectError, errno, param, None);
+                }
+            }
+        }
+        Ev::Established { id } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if s.state == State::Accepting {
+                s.state = State::Established;
+                drop(s);
+                push(&inner, None, CmEventKind::Established, 0, ConnParam::default(), None);
+            }
+        }
+        Ev::Rejected {
+            id,
+            reason,
+            private_data,
+        } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if !matches!(s.state, State::Connecting | State::Accepting) {
+                return;
+            }
+            s.state = State::Failed;
+            drop(s);
+            let param = ConnParam {
+                private_data,
+                ..ConnParam::default()
+            };
+            push(&inner, None, CmEventKind::Rejected, i32::from(reason), param, None);
+        }
+        Ev::Unreachable { id } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if !matches!(s.state, State::Connecting | State::Accepting) {
+                return;
+            }
+            s.state = State::Failed;
+            drop(s);
+            push(&inner, None, CmEventKind::Unreachable, -libc::ETIMEDOUT, ConnParam::default(), None);
+        }
+        Ev::MraReceived { .. } => {}
+        Ev::DreqReceived { id, .. } | Ev::Disconnected { id } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if let Some(qp) = &s.qp {
+                to_err(qp);
+            }
+            if s.disconnect_reported
+                || !matches!(s.state, State::Established | State::Disconnected | State::Accepting)
+            {
+                return;
+            }
+            s.disconnect_reported = true;
+            s.state = State::Disconnected;
+            drop(s);
+            push(&inner, None, CmEventKind::Disconnected, 0, ConnParam::default(), None);
+        }
+        Ev::TimewaitExit { id } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            push(&inner, None, CmEventKind::TimewaitExit, 0, ConnParam::default(), None);
+        }
+        Ev::SidrRepReceived { id, rep } => {
+            let Some(inner) = conn_of(st, id) else { return };
+            let mut s = inner.st.lock();
+            if s.state != State::Connecting {
+                return;
+            }
+            let dgid = s.dst.map(|d| Gid::from_ip(d.ip())).unwrap_or_default();
+            let ud = UdParam {
+                private_data: rep.private_data.to_vec(),
+                ah_attr: AhAttr {
+                    dgid,
+                    is_global: true,
+                    ..AhAttr::default()
+                },
+                qp_num: rep.qpn,
+                qkey: rep.q_key,
+            };
+            if rep.status == 0 {
+                s.state = State::Established;
+                drop(s);
+                push(&inner, None, CmEventKind::Established, 0, ConnParam::default(), Some(ud));
+            } else {
+                s.state = State::Failed;
+                drop(s);
+                push(&inner, None, CmEventKind::Unreachable, i32::from(rep.status), ConnParam::default(), Some(ud));
+            }
+        }
+    }
+}
+
+/// The `Arc` of the agent whose state is `st` (agents live in the process registry).
+fn agent_arc(a: &Agent, _st: &AgentState) -> Arc<Agent> {
+    agent::arc_of(a)
+}
