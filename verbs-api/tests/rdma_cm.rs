@@ -63,12 +63,7 @@ fn make_qp(id: &CmId, qp_type: QpType) -> Res {
             },
         )
         .unwrap();
-    Res {
-        pd,
-        cq,
-        mr,
-        qp,
-    }
+    Res { pd, cq, mr, qp }
 }
 
 fn wc(cq: &Cq) -> WorkCompletion {
@@ -128,9 +123,16 @@ fn rc_connects_with_private_data_moves_data_and_disconnects_both_sides() {
 
     let req = next(&sch, CmEventKind::ConnectRequest);
     assert_eq!(req.listen_id.as_ref(), Some(&listen));
-    assert_eq!(req.param.private_data.len(), 56, "a REQ carries 56 bytes after the CM header");
+    assert_eq!(
+        req.param.private_data.len(),
+        56,
+        "a REQ carries 56 bytes after the CM header"
+    );
     assert_eq!(&req.param.private_data[..12], &pd[..]);
-    assert_eq!((req.param.responder_resources, req.param.initiator_depth), (1, 1));
+    assert_eq!(
+        (req.param.responder_resources, req.param.initiator_depth),
+        (1, 1)
+    );
     let sid = req.id.clone();
     assert_eq!(sid.peer_addr(), cid.local_addr());
     let s = make_qp(&sid, QpType::Rc);
@@ -286,7 +288,10 @@ fn ud_ids_resolve_the_peer_qp_by_sidr_and_exchange_a_datagram() {
     c.qp.post_send(&[wr]).unwrap();
     assert_eq!(wc(&c.cq).status, WcStatus::Success);
     let r = wc(&s.cq);
-    assert_eq!((r.wr_id, r.status, r.byte_len), (9, WcStatus::Success, 40 + 8));
+    assert_eq!(
+        (r.wr_id, r.status, r.byte_len),
+        (9, WcStatus::Success, 40 + 8)
+    );
     let mut got = [0u8; 8];
     s.mr.read(40, &mut got).unwrap();
     assert_eq!(&got, b"datagram");

@@ -114,8 +114,18 @@ mod tests {
     #[test]
     fn a_loopback_destination_leaves_from_another_device() {
         let devs = crate::devices_from("a=127.0.0.1,b=127.0.0.2,c=::1").unwrap();
-        assert_eq!(source_for(&devs, "127.0.0.2".parse().unwrap()).unwrap().name(), "a");
-        assert_eq!(source_for(&devs, "127.0.0.1".parse().unwrap()).unwrap().name(), "b");
+        assert_eq!(
+            source_for(&devs, "127.0.0.2".parse().unwrap())
+                .unwrap()
+                .name(),
+            "a"
+        );
+        assert_eq!(
+            source_for(&devs, "127.0.0.1".parse().unwrap())
+                .unwrap()
+                .name(),
+            "b"
+        );
         assert!(matches!(
             source_for(&devs, "::1".parse().unwrap()),
             Err(CmError::NoDevice(_))

@@ -8,9 +8,8 @@ use super::id::{self, IdInner};
 use super::{CmResult, PortSpace};
 use crate::eventfd::EventFd;
 use crate::{
-    AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, Device, Gid, Mr, Pd, Qp, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, WcOpcode,
-    WcStatus,
+    AccessFlags, Ah, AhAttr, CompChannel, Context, Cq, Device, Gid, Mr, Pd, Qp, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
 };
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
@@ -208,7 +207,8 @@ impl Agent {
         };
         // The node GUID: EUI-64 style from the GID's low bytes, as rxe derives its GUID
         // from the MAC; only needs to be stable for this device and unlikely to collide.
-        let guid = u64::from_be_bytes(gid.0[8..16].try_into().unwrap_or([0; 8])) ^ 0x0200_0000_0000_0000;
+        let guid =
+            u64::from_be_bytes(gid.0[8..16].try_into().unwrap_or([0; 8])) ^ 0x0200_0000_0000_0000;
         let cm = Cm::new(CmConfig {
             local_ca_guid: guid,
             seed,
@@ -239,6 +239,17 @@ impl Agent {
             graveyard: Mutex::new(Vec::new()),
             counters: AgentCounters::default(),
         }))
+    }
+
+    /// Waits, at most `limit`, until every MAD posted so far has left (its send
+    /// completion is back): what [`super::CmId::destroy`] sent (a DREQ, REJ or DREP) then
+    /// reaches the peer even when the process exits right after, as it would from the
+    /// kernel's CM, which outlives the process.
+    pub(crate) fn flush_sends(&self, limit: std::time::Duration) {
+        let end = std::time::Instant::now() + limit;
+        while self.send_free.lock().len() < SEND_SLOTS as usize && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
     }
 
     /// Hands a dropped id's leftovers to the agent; the next pump tears them down.
@@ -342,9 +353,7 @@ impl Agent {
             }
             for wc in &wcs[..n] {
                 if wc.wr_id >= SEND_WR_BASE {
-                    self.send_free
-                        .lock()
-                        .push((wc.wr_id - SEND_WR_BASE) as u32);
+                    self.send_free.lock().push((wc.wr_id - SEND_WR_BASE) as u32);
                     continue;
                 }
                 let slot = wc.wr_id as u32;

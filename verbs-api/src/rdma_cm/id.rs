@@ -35,6 +35,8 @@ pub const SIDR_REP_PRIVATE_DATA_MAX: usize = 136;
 const REJ_CONSUMER_DEFINED: u16 = 28;
 /// IBTA table 109: "invalid GID".
 const REJ_INVALID_GID: u16 = 12;
+/// How long [`CmId::destroy`] waits at most for the MADs of the teardown to leave.
+const DESTROY_FLUSH: Duration = Duration::from_millis(200);
 /// The packet lifetime exponent of a RoCE path (the kernel's rdma_cm uses 18 on 6.1):
 /// the local ACK timeout of a connected QP is one more.
 const ROCE_PACKET_LIFETIME: u8 = 18;
@@ -172,7 +174,9 @@ pub struct EventChannel {
 
 impl std::fmt::Debug for EventChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventChannel").field("fd", &self.fd()).finish()
+        f.debug_struct("EventChannel")
+            .field("fd", &self.fd())
+            .finish()
     }
 }
 
@@ -294,7 +298,9 @@ struct IdState {
 }
 
 pub(crate) struct IdInner {
-    channel: EventChannel,
+    /// Where its events go; [`CmId::migrate`] changes it (taken before the channel's
+    /// queue lock whenever an event is pushed, so a migration keeps the events in order).
+    channel: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<IdState>,
     user: AtomicU64,
@@ -353,6 +359,19 @@ impl std::fmt::Debug for CmId {
     }
 }
 
+/// A CM id that is not kept alive by this handle ([`CmId::downgrade`]).
+#[derive(Clone, Debug)]
+pub struct WeakCmId {
+    inner: Weak<IdInner>,
+}
+
+impl WeakCmId {
+    /// The id, while some [`CmId`] of it lives.
+    pub fn upgrade(&self) -> Option<CmId> {
+        self.inner.upgrade().map(|inner| CmId { inner })
+    }
+}
+
 impl PartialEq for CmId {
     fn eq(&self, o: &CmId) -> bool {
         Arc::ptr_eq(&self.inner, &o.inner)
@@ -381,7 +400,7 @@ impl CmId {
     ) -> CmId {
         CmId {
             inner: Arc::new(IdInner {
-                channel: channel.clone(),
+                channel: Mutex::new(channel.clone()),
                 ps,
                 st: Mutex::new(IdState {
                     state,
@@ -408,8 +427,96 @@ impl CmId {
     }
 
     /// The channel its events go to.
-    pub fn channel(&self) -> &EventChannel {
-        &self.inner.channel
+    pub fn channel(&self) -> EventChannel {
+        self.inner.channel.lock().clone()
+    }
+
+    /// Moves the id to another event channel (`rdma_migrate_id(3)`): its later events
+    /// go to `to`, and those already waiting in the old channel and not yet taken move
+    /// there too, in their order (for a listener, the connection requests to it).
+    pub fn migrate(&self, to: &EventChannel) {
+        let mut ch = self.inner.channel.lock();
+        if Arc::ptr_eq(&ch.inner, &to.inner) {
+            return;
+        }
+        let moved: Vec<CmEvent> = {
+            let mut q = ch.inner.queue.lock();
+            let (mine, rest): (VecDeque<CmEvent>, VecDeque<CmEvent>) =
+                q.drain(..).partition(|e| self.is_about_me(e));
+            *q = rest;
+            if q.is_empty() {
+                ch.inner.fd.clear();
+            }
+            mine.into()
+        };
+        for e in moved {
+            to.push(e);
+        }
+        *ch = to.clone();
+    }
+
+    /// True when `e` is this id's event, or a connection request to it.
+    fn is_about_me(&self, e: &CmEvent) -> bool {
+        Arc::ptr_eq(&e.id.inner, &self.inner)
+            || e.listen_id
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(&l.inner, &self.inner))
+    }
+
+    /// A handle that does not keep the id alive ([`WeakCmId::upgrade`] gives the id
+    /// back while some [`CmId`] of it lives).
+    pub fn downgrade(&self) -> WeakCmId {
+        WeakCmId {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Destroys the id (`rdma_destroy_id(3)`): the events of it still waiting in its
+    /// channel are dropped (a connection request to a listener with it, so that request
+    /// is rejected), and when this is then its last handle (no clone and no event taken
+    /// and kept), its connection, listens and ports are torn down before this returns,
+    /// so that the port can be bound again at once, and the MADs the teardown sent (a
+    /// DREQ, REJ or DREP) have left (waiting at most 200 ms), so that the peer hears of it
+    /// even when the process exits next; otherwise when the last handle goes, as with
+    /// `drop`.
+    pub fn destroy(self) {
+        let dropped: Vec<CmEvent> = {
+            let ch = self.inner.channel.lock();
+            let mut q = ch.inner.queue.lock();
+            let (gone, rest): (VecDeque<CmEvent>, VecDeque<CmEvent>) =
+                q.drain(..).partition(|e| self.is_about_me(e));
+            *q = rest;
+            if q.is_empty() {
+                ch.inner.fd.clear();
+            }
+            gone.into()
+        };
+        // Outside the channel's locks: dropping them may drop ids.
+        drop(dropped);
+        let agents: Vec<Arc<Agent>> = {
+            let st = self.inner.st.lock();
+            let mut v: Vec<Arc<Agent>> = st.agent.iter().cloned().collect();
+            for a in st
+                .reserved
+                .iter()
+                .map(|(a, _, _)| a)
+                .chain(st.listeners.iter().map(|(a, _)| a))
+            {
+                if !v.iter().any(|x| Arc::ptr_eq(x, a)) {
+                    v.push(a.clone());
+                }
+            }
+            v
+        };
+        drop(self);
+        for a in &agents {
+            let mut ast = a.state.lock();
+            a.pump(&mut ast);
+        }
+        // What the teardown sent leaves before this returns (a program often exits next).
+        for a in &agents {
+            a.flush_sends(DESTROY_FLUSH);
+        }
     }
 
     /// A number the caller keeps with the id (librdmacm's `id->context`).
@@ -448,9 +555,15 @@ impl CmId {
         self.inner.st.lock().agent.as_ref().map(|a| a.gid)
     }
 
-    fn lock_both(&self) -> (Option<Arc<Agent>>, parking_lot::MutexGuard<'_, IdState>) {
-        let st = self.inner.st.lock();
-        (st.agent.clone(), st)
+    /// The id's agent (set once, when the id is bound or resolved to a device). Calls
+    /// into the CM lock its state first and the id's second, the order the agent's own
+    /// thread takes them in (see `agent.rs`), so the id's lock is not held here.
+    fn agent(&self) -> Option<Arc<Agent>> {
+        self.inner.st.lock().agent.clone()
+    }
+
+    fn state_now(&self) -> State {
+        self.inner.st.lock().state
     }
 
     /// Binds the id to a local address and port (`rdma_bind_addr(3)`); port 0 picks a
@@ -529,7 +642,7 @@ impl CmId {
     }
 
     fn event(&self, kind: CmEventKind, status: i32) {
-        self.inner.channel.push(CmEvent {
+        self.inner.channel.lock().push(CmEvent {
             id: self.clone(),
             listen_id: None,
             kind,
@@ -543,10 +656,12 @@ impl CmId {
     /// [`CmId::context`]. RC and UC QPs are moved to INIT (the connection moves them
     /// on); a UD QP to RTS with Q_Key [`RDMA_UDP_QKEY`].
     pub fn create_qp(&self, pd: &Pd, init: &QpInitAttr<'_>) -> CmResult<Qp> {
-        let mut st = self.inner.st.lock();
-        let Some(a) = st.agent.clone() else {
-            return Err(bad("create_qp", st.state));
+        let Some(a) = self.agent() else {
+            return Err(bad("create_qp", self.state_now()));
         };
+        // A UD QP's send PSN, drawn before the id's lock is taken (lock order).
+        let psn = (a.state.lock().random() & 0xff_ffff) as u32;
+        let mut st = self.inner.st.lock();
         if !Arc::ptr_eq(pd.provider().device(), a.ctx.provider()) {
             return Err(CmError::Invalid(
                 "the PD belongs to another device than the id (use id.context())",
@@ -578,7 +693,6 @@ impl CmId {
                 },
                 QpAttrMask::STATE,
             )?;
-            let psn = (a.state.lock().random() & 0xff_ffff) as u32;
             qp.modify(
                 &QpAttr {
                     qp_state: QpState::Rts,
@@ -618,7 +732,9 @@ impl CmId {
         if st.state != State::AddrBound {
             return Err(bad("listen", st.state));
         }
-        let src = st.src.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let src = st
+            .src
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         let agents: Vec<Arc<Agent>> = match &st.agent {
             Some(a) => vec![a.clone()],
             None => crate::devices()?
@@ -666,10 +782,12 @@ impl CmId {
             ..ConnParam::default()
         };
         let param = param.unwrap_or(&default);
-        let (agent, mut st) = self.lock_both();
-        let Some(a) = agent else {
-            return Err(bad("connect", st.state));
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("connect", self.state_now()));
         };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
         if st.state != State::RouteResolved {
             return Err(bad("connect", st.state));
         }
@@ -678,12 +796,13 @@ impl CmId {
         };
         let hdr = cma_header(src, dst);
         let limits = a.ctx.query_device();
-        let mut ast = a.state.lock();
         let now = agent::now();
         let remote_gid = Gid::from_ip(dst.ip());
         let conn = if self.inner.ps.is_datagram() {
             if param.private_data.len() > SIDR_PRIVATE_DATA_MAX {
-                return Err(CmError::Invalid("at most 180 bytes of private data in a UD connect"));
+                return Err(CmError::Invalid(
+                    "at most 180 bytes of private data in a UD connect",
+                ));
             }
             let mut pd = hdr.to_vec();
             pd.extend_from_slice(&param.private_data);
@@ -698,7 +817,9 @@ impl CmId {
             )?
         } else {
             if param.private_data.len() > CONNECT_PRIVATE_DATA_MAX {
-                return Err(CmError::Invalid("at most 56 bytes of private data in connect"));
+                return Err(CmError::Invalid(
+                    "at most 56 bytes of private data in connect",
+                ));
             }
             let qpn = match &st.qp {
                 Some(q) => q.qp_num(),
@@ -710,7 +831,9 @@ impl CmId {
                 _ => Transport::Rc,
             };
             let rr = param.responder_resources.min(cap_u8(limits.max_qp_rd_atom));
-            let id = param.initiator_depth.min(cap_u8(limits.max_qp_init_rd_atom));
+            let id = param
+                .initiator_depth
+                .min(cap_u8(limits.max_qp_init_rd_atom));
             st.responder_resources = rr;
             if let Some(qp) = &st.qp {
                 init_access(qp, rr)?;
@@ -756,7 +879,10 @@ impl CmId {
     /// depth the request offered (capped at the device's), 7 RNR retries; 255 in either
     /// field also means what the request offered.
     pub fn accept(&self, param: Option<&ConnParam>) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
+        if self.state_now() == State::ConnectResponse {
+            return self.establish();
+        }
+        let agent = self.agent();
         let default = ConnParam {
             responder_resources: u8::MAX,
             initiator_depth: u8::MAX,
@@ -764,13 +890,11 @@ impl CmId {
             ..ConnParam::default()
         };
         let param = param.unwrap_or(&default);
-        let Some(a) = agent else {
-            return Err(bad("accept", st.state));
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("accept", self.state_now()));
         };
-        if st.state == State::ConnectResponse {
-            drop(st);
-            return self.establish();
-        }
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
         if st.state != State::ConnectRequest {
             return Err(bad("accept", st.state));
         }
@@ -778,11 +902,12 @@ impl CmId {
             return Err(bad("accept", st.state));
         };
         let limits = a.ctx.query_device();
-        let mut ast = a.state.lock();
         let now = agent::now();
         if self.inner.ps.is_datagram() {
             if param.private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
-                return Err(CmError::Invalid("at most 136 bytes of private data in a UD accept"));
+                return Err(CmError::Invalid(
+                    "at most 136 bytes of private data in a UD accept",
+                ));
             }
             let qpn = match &st.qp {
                 Some(q) => q.qp_num(),
@@ -804,7 +929,9 @@ impl CmId {
             return Ok(());
         }
         if param.private_data.len() > ACCEPT_PRIVATE_DATA_MAX {
-            return Err(CmError::Invalid("at most 196 bytes of private data in accept"));
+            return Err(CmError::Invalid(
+                "at most 196 bytes of private data in accept",
+            ));
         }
         let qpn = match &st.qp {
             Some(q) => q.qp_num(),
@@ -857,10 +984,12 @@ impl CmId {
     /// (from the REQ and REP: the peer's GID and QPN, PSNs, MTU, READ/atomic depths,
     /// timeouts and retry counts; IBTA vol. 1 §12.7).
     pub fn init_qp_attr(&self, state: QpState) -> CmResult<(QpAttr, QpAttrMask)> {
-        let (agent, st) = self.lock_both();
-        let Some(a) = agent else {
-            return Err(bad("init_qp_attr", st.state));
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("init_qp_attr", self.state_now()));
         };
+        let ast = a.state.lock();
+        let st = self.inner.st.lock();
         if state == QpState::Init {
             let mut acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
             if st.responder_resources > 0 || st.offered.0 > 0 {
@@ -888,21 +1017,24 @@ impl CmId {
         let Some(conn) = st.conn else {
             return Err(bad("init_qp_attr", st.state));
         };
-        let ast = a.state.lock();
         Ok(ast.cm.qp_attr(conn, state)?)
     }
 
     /// Completes the connection of an active id that has no QP (`rdma_establish(3)`),
     /// after its `ConnectResponse` event: sends the RTU.
     pub fn establish(&self) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("establish", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("establish", st.state));
         };
         if st.state != State::ConnectResponse {
             return Err(bad("establish", st.state));
         }
-        let mut ast = a.state.lock();
         ast.cm.ready_to_use(agent::now(), conn, &[])?;
         st.state = State::Established;
         drop(st);
@@ -913,18 +1045,24 @@ impl CmId {
     /// Rejects a connection request (`rdma_reject(3)`): REJ reason 28 (consumer defined)
     /// with `private_data` (at most 148 bytes); UD: SIDR_REP status 2 (rejected).
     pub fn reject(&self, private_data: &[u8]) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("reject", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("reject", st.state));
         };
         if st.state != State::ConnectRequest {
             return Err(bad("reject", st.state));
         }
-        let mut ast = a.state.lock();
         let now = agent::now();
         if self.inner.ps.is_datagram() {
             if private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
-                return Err(CmError::Invalid("at most 136 bytes of private data in a UD reject"));
+                return Err(CmError::Invalid(
+                    "at most 136 bytes of private data in a UD reject",
+                ));
             }
             ast.cm.sidr_reply(
                 now,
@@ -938,9 +1076,12 @@ impl CmId {
             )?;
         } else {
             if private_data.len() > REJECT_PRIVATE_DATA_MAX {
-                return Err(CmError::Invalid("at most 148 bytes of private data in reject"));
+                return Err(CmError::Invalid(
+                    "at most 148 bytes of private data in reject",
+                ));
             }
-            ast.cm.reject(now, conn, REJ_CONSUMER_DEFINED, private_data)?;
+            ast.cm
+                .reject(now, conn, REJ_CONSUMER_DEFINED, private_data)?;
         }
         st.state = State::Failed;
         drop(st);
@@ -952,8 +1093,13 @@ impl CmId {
     /// flushed) and a DREQ is sent, or the DREP when the peer's DREQ came first.
     /// `Disconnected` follows on both sides.
     pub fn disconnect(&self) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("disconnect", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("disconnect", st.state));
         };
         if !matches!(
@@ -965,7 +1111,6 @@ impl CmId {
         if let Some(qp) = &st.qp {
             to_err(qp);
         }
-        let mut ast = a.state.lock();
         ast.cm.disconnect(agent::now(), conn, &[])?;
         if st.state != State::Disconnected {
             st.state = State::Disconnected;
@@ -990,7 +1135,11 @@ fn reserve(a: &Arc<Agent>, ps: PortSpace, port: u16) -> CmResult<u16> {
     }
     if !ast.ports.insert((ps, port)) {
         return Err(CmError::AddrInUse {
-            addr: a.ctx.query_gid(1, 0).map(|g| g.to_ip()).unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            addr: a
+                .ctx
+                .query_gid(1, 0)
+                .map(|g| g.to_ip())
+                .unwrap_or(IpAddr::from([0, 0, 0, 0])),
             port,
         });
     }
@@ -1082,8 +1231,15 @@ fn to_err(qp: &Qp) {
     );
 }
 
-fn push(inner: &Arc<IdInner>, listen: Option<CmId>, kind: CmEventKind, status: i32, param: ConnParam, ud: Option<UdParam>) {
-    inner.channel.push(CmEvent {
+fn push(
+    inner: &Arc<IdInner>,
+    listen: Option<CmId>,
+    kind: CmEventKind,
+    status: i32,
+    param: ConnParam,
+    ud: Option<UdParam>,
+) {
+    inner.channel.lock().push(CmEvent {
         id: CmId {
             inner: inner.clone(),
         },
@@ -1144,7 +1300,7 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             }
             let lport = l.st.lock().src.map(|s| s.port()).unwrap_or(0);
             let child = CmId::with_state(
-                &l.channel,
+                &l.channel.lock().clone(),
                 l.ps,
                 State::ConnectRequest,
                 Some(agent_arc(a, st)),
@@ -1168,7 +1324,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 srq: req.srq,
                 qp_num: req.local_qpn,
             };
-            push(&child.inner, Some(CmId { inner: l }), CmEventKind::ConnectRequest, 0, param, None);
+            push(
+                &child.inner,
+                Some(CmId { inner: l }),
+                CmEventKind::ConnectRequest,
+                0,
+                param,
+                None,
+            );
         }
         Ev::SidrReqReceived {
             listener,
@@ -1194,7 +1357,7 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             };
             let lport = l.st.lock().src.map(|s| s.port()).unwrap_or(0);
             let child = CmId::with_state(
-                &l.channel,
+                &l.channel.lock().clone(),
                 l.ps,
                 State::ConnectRequest,
                 Some(agent_arc(a, st)),
@@ -1216,7 +1379,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 qp_num: 0,
                 qkey: RDMA_UDP_QKEY,
             };
-            push(&child.inner, Some(CmId { inner: l }), CmEventKind::ConnectRequest, 0, ConnParam::default(), Some(ud));
+            push(
+                &child.inner,
+                Some(CmId { inner: l }),
+                CmEventKind::ConnectRequest,
+                0,
+                ConnParam::default(),
+                Some(ud),
+            );
         }
         Ev::RepReceived { id, rep } => {
             let Some(inner) = conn_of(st, id) else { return };
@@ -1231,8 +1401,8 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 push(&inner, None, CmEventKind::ConnectResponse, 0, param, None);
                 return;
             };
-            let moved = move_qp(st, id, &qp, QpState::Rtr)
-                .and_then(|_| move_qp(st, id, &qp, QpState::Rts));
+            let moved =
+                move_qp(st, id, &qp, QpState::Rtr).and_then(|_| move_qp(st, id, &qp, QpState::Rts));
             match moved {
                 Ok(()) => {
                     let _ = st.cm.ready_to_use(now, id, &[]);
@@ -1255,7 +1425,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             if s.state == State::Accepting {
                 s.state = State::Established;
                 drop(s);
-                push(&inner, None, CmEventKind::Established, 0, ConnParam::default(), None);
+                push(
+                    &inner,
+                    None,
+                    CmEventKind::Established,
+                    0,
+                    ConnParam::default(),
+                    None,
+                );
             }
         }
         Ev::Rejected {
@@ -1274,7 +1451,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 private_data,
                 ..ConnParam::default()
             };
-            push(&inner, None, CmEventKind::Rejected, i32::from(reason), param, None);
+            push(
+                &inner,
+                None,
+                CmEventKind::Rejected,
+                i32::from(reason),
+                param,
+                None,
+            );
         }
         Ev::Unreachable { id } => {
             let Some(inner) = conn_of(st, id) else { return };
@@ -1284,7 +1468,14 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             }
             s.state = State::Failed;
             drop(s);
-            push(&inner, None, CmEventKind::Unreachable, -libc::ETIMEDOUT, ConnParam::default(), None);
+            push(
+                &inner,
+                None,
+                CmEventKind::Unreachable,
+                -libc::ETIMEDOUT,
+                ConnParam::default(),
+                None,
+            );
         }
         Ev::MraReceived { .. } => {}
         Ev::DreqReceived { id, .. } | Ev::Disconnected { id } => {
@@ -1294,18 +1485,35 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 to_err(qp);
             }
             if s.disconnect_reported
-                || !matches!(s.state, State::Established | State::Disconnected | State::Accepting)
+                || !matches!(
+                    s.state,
+                    State::Established | State::Disconnected | State::Accepting
+                )
             {
                 return;
             }
             s.disconnect_reported = true;
             s.state = State::Disconnected;
             drop(s);
-            push(&inner, None, CmEventKind::Disconnected, 0, ConnParam::default(), None);
+            push(
+                &inner,
+                None,
+                CmEventKind::Disconnected,
+                0,
+                ConnParam::default(),
+                None,
+            );
         }
         Ev::TimewaitExit { id } => {
             let Some(inner) = conn_of(st, id) else { return };
-            push(&inner, None, CmEventKind::TimewaitExit, 0, ConnParam::default(), None);
+            push(
+                &inner,
+                None,
+                CmEventKind::TimewaitExit,
+                0,
+                ConnParam::default(),
+                None,
+            );
         }
         Ev::SidrRepReceived { id, rep } => {
             let Some(inner) = conn_of(st, id) else { return };
@@ -1327,11 +1535,25 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
             if rep.status == 0 {
                 s.state = State::Established;
                 drop(s);
-                push(&inner, None, CmEventKind::Established, 0, ConnParam::default(), Some(ud));
+                push(
+                    &inner,
+                    None,
+                    CmEventKind::Established,
+                    0,
+                    ConnParam::default(),
+                    Some(ud),
+                );
             } else {
                 s.state = State::Failed;
                 drop(s);
-                push(&inner, None, CmEventKind::Unreachable, i32::from(rep.status), ConnParam::default(), Some(ud));
+                push(
+                    &inner,
+                    None,
+                    CmEventKind::Unreachable,
+                    i32::from(rep.status),
+                    ConnParam::default(),
+                    Some(ud),
+                );
             }
         }
     }
