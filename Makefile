@@ -1,8 +1,9 @@
 # uroce developer entry points. `make test` is what CI runs (through .ci/run).
 #
 #   make build        build every crate and target (debug), and the C library (make cabi)
-#   make cabi         target/debug/uroce-lib/libibverbs.so.1: uroce as a drop-in libibverbs
-#                     for unmodified C programs (run them with `uroce exec -- PROGRAM`)
+#   make cabi         target/debug/uroce-lib/libibverbs.so.1 and librdmacm.so.1: uroce as a
+#                     drop-in libibverbs and librdmacm for unmodified C programs (run them
+#                     with `uroce exec -- PROGRAM`)
 #   make test         fmt check, clippy -D warnings, unit/property/integration/doc tests,
 #                     and a short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
@@ -32,8 +33,9 @@ build:
 	$(MAKE) cabi
 
 # The staticlib of verbs-api/ibverbs linked with the version script of rdma-core 44's
-# symbol versions (a Rust cdylib cannot carry them); `uroce exec` finds the library in
-# uroce-lib/ next to the uroce binary of the same profile.
+# symbol versions (a Rust cdylib cannot carry them), and librdmacm.so.1 beside it (a shim
+# of jumps into libibverbs.so.1, where the rdma_cm functions are: link.sh says why);
+# `uroce exec` finds the libraries in uroce-lib/ next to the uroce binary of the same profile.
 cabi:
 	$(CARGO) build -p uroce-ibverbs --lib
 	$(CARGO) build -p uroce-verbs --bin uroce

@@ -130,6 +130,18 @@ impl<K: Kind> Obj<K> {
         Ok(obj)
     }
 
+    /// The object behind a pointer this library keeps alive itself, retired or not (no
+    /// tag check): an rdma_cm id that events still point at.
+    ///
+    /// # Safety
+    ///
+    /// `p` came from [`Obj::into_c`] of this kind and is not freed while the reference
+    /// lives.
+    pub unsafe fn from_c_unchecked<'a>(p: *const K::C) -> &'a Obj<K> {
+        // SAFETY: per the contract.
+        unsafe { &*p.cast::<Obj<K>>() }
+    }
+
     /// As [`Obj::from_c`], but NULL gives `None`.
     ///
     /// # Safety
@@ -155,6 +167,16 @@ impl<K: Kind> Obj<K> {
         let b = unsafe { Box::from_raw(p.cast::<Obj<K>>()) };
         b.tag.store(0, Ordering::Release);
         drop(b);
+    }
+
+    /// Clears the tag without freeing the memory: later calls with the pointer fail with
+    /// `EINVAL` at [`Obj::from_c`], while what C still reads through it (an rdma_cm id
+    /// that unacknowledged events point at) stays valid until [`Obj::free`].
+    /// True when this call retired it (false when it was retired or freed already).
+    pub fn retire(&self) -> bool {
+        self.tag
+            .compare_exchange(K::TAG, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// The C struct (to read or write its fields; C may be writing them too).

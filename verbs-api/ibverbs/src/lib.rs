@@ -9,10 +9,18 @@
 //! with the version script `libibverbs.map`: the names and versions of rdma-core 44
 //! (`IBVERBS_1.0`, `1.1`, `1.5` .. `1.14`, `IBVERBS_PRIVATE_34`).
 //!
+//! The same library carries librdmacm's functions ([`cm`]), exported as `uroce_rdma_*`
+//! (and `uroce_r*`) in the private node `UROCE_PRIVATE_1.0`; `link.sh` then makes
+//! `librdmacm.so.1` from `librdmacm.map` alone (rdma-core 44's names in `RDMACM_1.0` ..
+//! `1.3`, each a jump to its `uroce_` twin). One library, so one copy of uroce's state per
+//! process: an rdma_cm id's `id->verbs`, the QPs of `rdma_create_qp` and the program's own
+//! PDs and CQs are all this crate's objects, on one device per address (see [`cm`]).
+//!
 //! ## How it is built
 //!
-//! - [`abi`]: the C structs, `#[repr(C)]`, with compile-time size and offset assertions
-//!   (and a test against the system's `<infiniband/verbs.h>`).
+//! - [`abi`], [`cm_abi`]: the C structs, `#[repr(C)]`, with compile-time size and offset
+//!   assertions (and tests against the system's `<infiniband/verbs.h>` and
+//!   `<rdma/rdma_cma.h>`).
 //! - [`handle`]: every C object is an [`handle::Obj`] (the C struct first, a tag, the Rust
 //!   handles); one typed conversion between pointers and objects, NULL and tag checks at
 //!   the boundary, and the `ffi!` panic boundary every exported function runs in.
@@ -41,8 +49,12 @@
 //! - An empty `ibv_poll_cq` yields the CPU, so busy-polling programs leave the progress
 //!   engine thread room to run on small machines.
 //! - `ibv_destroy_qp` returns once the QP's CQs, SRQ and PD are free to be destroyed.
-//! - A device can be open once per process at a time: it owns UDP port 4791 on its
-//!   address (a second `ibv_open_device` fails with `EADDRINUSE`, printed on stderr).
+//! - A device owns UDP port 4791 on its address, so it is open once per process:
+//!   `ibv_open_device` and the rdma_cm share that one device
+//!   ([`uroce_verbs::Device::open_shared`]), and a second `ibv_open_device` of a device
+//!   still open through the first fails with `EADDRINUSE` (printed on stderr). The
+//!   rdma_cm's own contexts (`id->verbs`, `rdma_get_devices`) live as long as the process;
+//!   `ibv_close_device` leaves them open.
 //! - `ibv_comp_channel.fd` is a real descriptor for poll/epoll/select; with `O_NONBLOCK`
 //!   set on it, `ibv_get_cq_event` fails with `EAGAIN` when no event waits.
 //! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
@@ -55,6 +67,8 @@
 //! windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`, ECE, dmabuf.
 
 pub mod abi;
+pub mod cm;
+pub mod cm_abi;
 mod compat;
 mod convert;
 pub mod handle;

@@ -46,8 +46,12 @@ pub struct Shared {
 
 /// An open device.
 pub struct UContext {
-    ctx: Context,
+    pub(crate) ctx: Context,
     shared: Arc<Shared>,
+    /// The name of the device when `ibv_open_device` opened it (a device is open there
+    /// once at a time); `None` for the contexts of the rdma_cm ids (`id->verbs`), which
+    /// live as long as the process and which `ibv_close_device` leaves open.
+    opened_as: Option<String>,
 }
 impl Kind for UContext {
     type C = ibv_context;
@@ -56,7 +60,7 @@ impl Kind for UContext {
 
 /// A protection domain.
 pub struct UPd {
-    pd: Pd,
+    pub(crate) pd: Pd,
     shared: Arc<Shared>,
 }
 impl Kind for UPd {
@@ -88,7 +92,7 @@ pub struct UChannel {
 }
 
 /// An epoll instance watching `fd` for input.
-fn epoll_on(fd: c_int) -> Result<std::os::fd::OwnedFd, Errno> {
+pub(crate) fn epoll_on(fd: c_int) -> Result<std::os::fd::OwnedFd, Errno> {
     use std::os::fd::FromRawFd;
     let last = || {
         Errno(
@@ -121,7 +125,7 @@ impl Kind for UChannel {
 
 /// A completion queue.
 pub struct UCq {
-    cq: Cq,
+    pub(crate) cq: Cq,
     channel: Option<(CompChannel, ChannelCqs)>,
     shared: Arc<Shared>,
 }
@@ -132,10 +136,13 @@ impl Kind for UCq {
 
 /// A queue pair.
 pub struct UQp {
-    qp: Qp,
+    pub(crate) qp: Qp,
     qp_type: QpType,
     sq_sig_all: bool,
     shared: Arc<Shared>,
+    /// The rdma_cm id whose QP this is (`rdma_create_qp`): `ibv_destroy_qp` takes it
+    /// back from the id, so that the id does not keep it (and its CQs and PD) busy.
+    cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
 }
 impl Kind for UQp {
     type C = ibv_qp;
@@ -144,7 +151,7 @@ impl Kind for UQp {
 
 /// A shared receive queue.
 pub struct USrq {
-    srq: Srq,
+    pub(crate) srq: Srq,
     shared: Arc<Shared>,
 }
 impl Kind for USrq {
@@ -182,7 +189,7 @@ fn put_str(dst: &mut [c_char], s: &str) {
 
 /// The devices, built once per process from `UROCE_DEVICES` / `UROCE_CONFIG` / the
 /// default (as `uroce_verbs::devices`); pointers stay valid until the process exits.
-fn device_table() -> Result<&'static [usize], Errno> {
+pub(crate) fn device_table() -> Result<&'static [usize], Errno> {
     static TABLE: OnceLock<Result<Vec<usize>, Errno>> = OnceLock::new();
     let t = TABLE.get_or_init(|| {
         let devs = uroce_verbs::devices().map_err(|e| {
@@ -312,9 +319,17 @@ pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int 
     )
 }
 
+/// The names of the devices `ibv_open_device` has open now.
+fn opened() -> &'static Mutex<std::collections::HashSet<String>> {
+    static OPENED: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    OPENED.get_or_init(Default::default)
+}
+
 /// `ibv_open_device(3)`: opens the device on the backend `UROCE_BACKEND` names (UDP by
-/// default). A failure (port 4791 taken, address not local) is printed on stderr with
-/// what to do, and NULL returned with `errno` set.
+/// default), or shares the process's open device when the rdma_cm opened it already
+/// ([`uroce_verbs::Device::open_shared`]). A failure (port 4791 taken, address not local,
+/// the device already open through `ibv_open_device`) is printed on stderr with what to
+/// do, and NULL returned with `errno` set.
 ///
 /// # Safety
 ///
@@ -324,44 +339,83 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     ffi!(null, {
         // SAFETY: per the contract.
         let d = unsafe { Obj::<UDevice>::from_c(device) }?;
-        let ctx = d.k.dev.open().map_err(|e| {
-            eprintln!("uroce libibverbs: cannot open {}: {e}", d.k.dev.name());
+        let name = d.k.dev.name().to_string();
+        if !opened().lock().insert(name.clone()) {
+            eprintln!(
+                "uroce libibverbs: cannot open {name}: it is open in this process already \
+                 (close it first; a device is opened once at a time)"
+            );
+            return Err(Errno(libc::EADDRINUSE));
+        }
+        let ctx = d.k.dev.open_shared().map_err(|e| {
+            opened().lock().remove(&name);
+            eprintln!("uroce libibverbs: cannot open {name}: {e}");
             Errno(e.errno())
         })?;
-        let c = ibv_context {
-            device,
-            ops: ibv_context_ops {
-                _compat_head: [0; 7],
-                alloc_mw: 0,
-                bind_mw: 0,
-                dealloc_mw: 0,
-                _compat_create_cq: 0,
-                poll_cq: Some(uroce_poll_cq),
-                req_notify_cq: Some(uroce_req_notify_cq),
-                _compat_mid: [0; 7],
-                post_srq_recv: Some(uroce_post_srq_recv),
-                _compat_qp: [0; 4],
-                post_send: Some(uroce_post_send),
-                post_recv: Some(uroce_post_recv),
-                _compat_tail: [0; 5],
-            },
-            cmd_fd: -1,
-            async_fd: ctx.async_fd(),
-            num_comp_vectors: 1,
-            mutex: zeroed_mutex(),
-            abi_compat: ptr::null_mut(),
-        };
-        let shared = Arc::new(Shared {
-            max_sge: ctx.query_device().max_sge,
-            max_inline: ctx.query_device().max_inline_data,
-            ..Shared::default()
-        });
-        Ok(Obj::into_c(c, UContext { ctx, shared }))
+        Ok(context_to_c(ctx, device, Some(name)))
     })
 }
 
+/// A C context for an open device `ctx` of the list's `device`.
+pub(crate) fn context_to_c(
+    ctx: Context,
+    device: *mut ibv_device,
+    opened_as: Option<String>,
+) -> *mut ibv_context {
+    let c = ibv_context {
+        device,
+        ops: ibv_context_ops {
+            _compat_head: [0; 7],
+            alloc_mw: 0,
+            bind_mw: 0,
+            dealloc_mw: 0,
+            _compat_create_cq: 0,
+            poll_cq: Some(uroce_poll_cq),
+            req_notify_cq: Some(uroce_req_notify_cq),
+            _compat_mid: [0; 7],
+            post_srq_recv: Some(uroce_post_srq_recv),
+            _compat_qp: [0; 4],
+            post_send: Some(uroce_post_send),
+            post_recv: Some(uroce_post_recv),
+            _compat_tail: [0; 5],
+        },
+        cmd_fd: -1,
+        async_fd: ctx.async_fd(),
+        num_comp_vectors: 1,
+        mutex: zeroed_mutex(),
+        abi_compat: ptr::null_mut(),
+    };
+    let shared = Arc::new(Shared {
+        max_sge: ctx.query_device().max_sge,
+        max_inline: ctx.query_device().max_inline_data,
+        ..Shared::default()
+    });
+    Obj::into_c(
+        c,
+        UContext {
+            ctx,
+            shared,
+            opened_as,
+        },
+    )
+}
+
+/// The device of the list whose address is `ctx`'s.
+pub(crate) fn device_of_context(ctx: &Context) -> Result<*mut ibv_device, Errno> {
+    let ip = ctx.query_gid(1, 0)?.to_ip();
+    device_table()?
+        .iter()
+        .map(|p| *p as *mut ibv_device)
+        .find(|p| {
+            // SAFETY: the table's devices live as long as the process.
+            unsafe { Obj::<UDevice>::from_c(*p) }.is_ok_and(|d| d.k.dev.addr() == ip)
+        })
+        .ok_or(Errno(libc::ENODEV))
+}
+
 /// `ibv_close_device(3)`. Objects still open keep the device running until they are
-/// destroyed (using them after this is undefined in libibverbs).
+/// destroyed (using them after this is undefined in libibverbs). The contexts of rdma_cm
+/// ids (`id->verbs`) are not closed: they belong to the rdma_cm, as in librdmacm.
 ///
 /// # Safety
 ///
@@ -370,7 +424,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        unsafe { Obj::<UContext>::from_c(context) }?;
+        let c = unsafe { Obj::<UContext>::from_c(context) }?;
+        let Some(name) = &c.k.opened_as else {
+            return Ok(0);
+        };
+        opened().lock().remove(name);
         // SAFETY: checked above, and C gives it up.
         unsafe { Obj::<UContext>::free(context) };
         Ok(0)
@@ -1166,62 +1224,84 @@ pub unsafe extern "C" fn ibv_create_qp(
 ) -> *mut ibv_qp {
     ffi!(null, {
         // SAFETY: per the contract.
-        let p = unsafe { Obj::<UPd>::from_c(pd) }?;
-        if init_attr.is_null() {
-            return Err(EINVAL);
-        }
-        // SAFETY: readable and writable per the contract.
-        let ia = unsafe { &mut *init_attr };
-        let qp_type = QpType::try_from(ia.qp_type).map_err(|_| EOPNOTSUPP)?;
-        // SAFETY: per the contract.
-        let (send_cq, recv_cq) = unsafe {
-            (
-                Obj::<UCq>::from_c(ia.send_cq)?,
-                Obj::<UCq>::from_c(ia.recv_cq)?,
-            )
-        };
-        // SAFETY: per the contract.
-        let srq = unsafe { Obj::<USrq>::from_c_opt(ia.srq) }?;
-        let sq_sig_all = ia.sq_sig_all != 0;
-        let qp = p.k.pd.create_qp(&QpInitAttr {
+        unsafe { create_qp_with(pd, init_attr, None, |p, init| Ok(p.create_qp(init)?)) }
+    })
+}
+
+/// What `ibv_create_qp` and `rdma_create_qp` share: checks the PD and the attributes'
+/// CQs and SRQ, has `make` create the Rust QP from them (`Pd::create_qp`, or the rdma_cm
+/// id's `create_qp`), writes the actual queue sizes back into `init_attr->cap` and
+/// returns the C QP (in the state the Rust QP is in).
+///
+/// # Safety
+///
+/// As [`ibv_create_qp`].
+pub(crate) unsafe fn create_qp_with(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+    cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
+    make: impl FnOnce(&Pd, &QpInitAttr<'_>) -> Result<Qp, Errno>,
+) -> Result<*mut ibv_qp, Errno> {
+    // SAFETY: per the contract.
+    let p = unsafe { Obj::<UPd>::from_c(pd) }?;
+    if init_attr.is_null() {
+        return Err(EINVAL);
+    }
+    // SAFETY: readable and writable per the contract.
+    let ia = unsafe { &mut *init_attr };
+    let qp_type = QpType::try_from(ia.qp_type).map_err(|_| EOPNOTSUPP)?;
+    // SAFETY: per the contract.
+    let (send_cq, recv_cq) = unsafe {
+        (
+            Obj::<UCq>::from_c(ia.send_cq)?,
+            Obj::<UCq>::from_c(ia.recv_cq)?,
+        )
+    };
+    // SAFETY: per the contract.
+    let srq = unsafe { Obj::<USrq>::from_c_opt(ia.srq) }?;
+    let sq_sig_all = ia.sq_sig_all != 0;
+    let qp = make(
+        &p.k.pd,
+        &QpInitAttr {
             qp_type,
             send_cq: &send_cq.k.cq,
             recv_cq: &recv_cq.k.cq,
             srq: srq.map(|s| &s.k.srq),
             cap: cap_from_c(&ia.cap),
             sq_sig_all,
-        })?;
-        let cap = qp.query().cap;
-        ia.cap = cap_to_c(&cap);
-        let qpn = qp.qp_num();
-        let cqp = ibv_qp {
-            // SAFETY: `pd` is a checked PD.
-            context: unsafe { (*p.c()).context },
-            qp_context: ia.qp_context,
-            pd,
-            send_cq: ia.send_cq,
-            recv_cq: ia.recv_cq,
-            srq: ia.srq,
-            handle: qpn,
-            qp_num: qpn,
-            state: 0,
-            qp_type: ia.qp_type,
-            mutex: zeroed_mutex(),
-            cond: zeroed_cond(),
-            events_completed: 0,
-        };
-        let q = Obj::into_c(
-            cqp,
-            UQp {
-                qp,
-                qp_type,
-                sq_sig_all,
-                shared: p.k.shared.clone(),
-            },
-        );
-        p.k.shared.qps.lock().insert(qpn, q as usize);
-        Ok(q)
-    })
+        },
+    )?;
+    let cap = qp.query().cap;
+    ia.cap = cap_to_c(&cap);
+    let qpn = qp.qp_num();
+    let cqp = ibv_qp {
+        // SAFETY: `pd` is a checked PD.
+        context: unsafe { (*p.c()).context },
+        qp_context: ia.qp_context,
+        pd,
+        send_cq: ia.send_cq,
+        recv_cq: ia.recv_cq,
+        srq: ia.srq,
+        handle: qpn,
+        qp_num: qpn,
+        state: qp.state() as u32,
+        qp_type: ia.qp_type,
+        mutex: zeroed_mutex(),
+        cond: zeroed_cond(),
+        events_completed: 0,
+    };
+    let q = Obj::into_c(
+        cqp,
+        UQp {
+            qp,
+            qp_type,
+            sq_sig_all,
+            shared: p.k.shared.clone(),
+            cm_id,
+        },
+    );
+    p.k.shared.qps.lock().insert(qpn, q as usize);
+    Ok(q)
 }
 
 /// `ibv_modify_qp(3)` (IBTA §11.2.5.2): a refusal (missing or disallowed attribute for the
@@ -1302,7 +1382,14 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
         let q = unsafe { Obj::<UQp>::from_c(qp) }?;
-        q.k.shared.qps.lock().remove(&q.k.qp.qp_num());
+        let qpn = q.k.qp.qp_num();
+        q.k.shared.qps.lock().remove(&qpn);
+        // A QP of rdma_create_qp: its id lets go of it too (when the id still has it).
+        if let Some(id) = q.k.cm_id.as_ref().and_then(|w| w.upgrade()) {
+            if id.qp().is_some_and(|x| x.qp_num() == qpn) {
+                id.destroy_qp();
+            }
+        }
         let provider = Arc::downgrade(q.k.qp.provider());
         // SAFETY: checked, and C gives it up.
         unsafe { Obj::<UQp>::free(qp) };

@@ -275,6 +275,17 @@ impl Agent {
         }))
     }
 
+    /// Waits, at most `limit`, until every MAD posted so far has left (its send
+    /// completion is back): what [`super::CmId::destroy`] sent (a DREQ, REJ or DREP) then
+    /// reaches the peer even when the process exits right after, as it would from the
+    /// kernel's CM, which outlives the process.
+    pub(crate) fn flush_sends(&self, limit: std::time::Duration) {
+        let end = std::time::Instant::now() + limit;
+        while self.send_free.lock().len() < SEND_SLOTS as usize && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
     /// Hands a dropped id's leftovers to the agent; the next pump tears them down.
     pub(crate) fn bury(&self, c: Cleanup) {
         self.graveyard.lock().push(c);

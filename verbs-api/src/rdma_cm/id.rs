@@ -35,6 +35,8 @@ pub const SIDR_REP_PRIVATE_DATA_MAX: usize = 136;
 const REJ_CONSUMER_DEFINED: u16 = RejReason::CONSUMER_DEFINED.0;
 /// IBTA table 109: "invalid GID".
 const REJ_INVALID_GID: u16 = RejReason::INVALID_GID.0;
+/// How long [`CmId::destroy`] waits at most for the MADs of the teardown to leave.
+const DESTROY_FLUSH: Duration = Duration::from_millis(200);
 
 /// The kind of an event (`enum rdma_cm_event_type`, same numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -289,11 +291,16 @@ struct IdState {
     responder_resources: u8,
     /// Passive side: (responder resources, initiator depth) the request offered us.
     offered: (u8, u8),
+    /// Passive side: the starting PSN this side announces in its REP (24 bits), drawn
+    /// when the request arrived.
+    passive_psn: u32,
     disconnect_reported: bool,
 }
 
 pub(crate) struct IdInner {
-    channel: EventChannel,
+    /// Where its events go; [`CmId::migrate`] changes it (taken before the channel's
+    /// queue lock whenever an event is pushed, so a migration keeps the events in order).
+    channel: Mutex<EventChannel>,
     ps: PortSpace,
     st: Mutex<IdState>,
     user: AtomicU64,
@@ -352,6 +359,19 @@ impl std::fmt::Debug for CmId {
     }
 }
 
+/// A CM id that is not kept alive by this handle ([`CmId::downgrade`]).
+#[derive(Clone, Debug)]
+pub struct WeakCmId {
+    inner: Weak<IdInner>,
+}
+
+impl WeakCmId {
+    /// The id, while some [`CmId`] of it lives.
+    pub fn upgrade(&self) -> Option<CmId> {
+        self.inner.upgrade().map(|inner| CmId { inner })
+    }
+}
+
 impl PartialEq for CmId {
     fn eq(&self, o: &CmId) -> bool {
         Arc::ptr_eq(&self.inner, &o.inner)
@@ -380,7 +400,7 @@ impl CmId {
     ) -> CmId {
         CmId {
             inner: Arc::new(IdInner {
-                channel: channel.clone(),
+                channel: Mutex::new(channel.clone()),
                 ps,
                 st: Mutex::new(IdState {
                     state,
@@ -394,6 +414,7 @@ impl CmId {
                     req: None,
                     responder_resources: 0,
                     offered: (0, 0),
+                    passive_psn: 0,
                     disconnect_reported: false,
                 }),
                 user: AtomicU64::new(0),
@@ -407,8 +428,96 @@ impl CmId {
     }
 
     /// The channel its events go to.
-    pub fn channel(&self) -> &EventChannel {
-        &self.inner.channel
+    pub fn channel(&self) -> EventChannel {
+        self.inner.channel.lock().clone()
+    }
+
+    /// Moves the id to another event channel (`rdma_migrate_id(3)`): its later events
+    /// go to `to`, and those already waiting in the old channel and not yet taken move
+    /// there too, in their order (for a listener, the connection requests to it).
+    pub fn migrate(&self, to: &EventChannel) {
+        let mut ch = self.inner.channel.lock();
+        if Arc::ptr_eq(&ch.inner, &to.inner) {
+            return;
+        }
+        let moved: Vec<CmEvent> = {
+            let mut q = ch.inner.queue.lock();
+            let (mine, rest): (VecDeque<CmEvent>, VecDeque<CmEvent>) =
+                q.drain(..).partition(|e| self.is_about_me(e));
+            *q = rest;
+            if q.is_empty() {
+                ch.inner.fd.clear();
+            }
+            mine.into()
+        };
+        for e in moved {
+            to.push(e);
+        }
+        *ch = to.clone();
+    }
+
+    /// True when `e` is this id's event, or a connection request to it.
+    fn is_about_me(&self, e: &CmEvent) -> bool {
+        Arc::ptr_eq(&e.id.inner, &self.inner)
+            || e.listen_id
+                .as_ref()
+                .is_some_and(|l| Arc::ptr_eq(&l.inner, &self.inner))
+    }
+
+    /// A handle that does not keep the id alive ([`WeakCmId::upgrade`] gives the id
+    /// back while some [`CmId`] of it lives).
+    pub fn downgrade(&self) -> WeakCmId {
+        WeakCmId {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Destroys the id (`rdma_destroy_id(3)`): the events of it still waiting in its
+    /// channel are dropped (a connection request to a listener with it, so that request
+    /// is rejected), and when this is then its last handle (no clone and no event taken
+    /// and kept), its connection, listens and ports are torn down before this returns,
+    /// so that the port can be bound again at once, and the MADs the teardown sent (a
+    /// DREQ, REJ or DREP) have left (waiting at most 200 ms), so that the peer hears of it
+    /// even when the process exits next; otherwise when the last handle goes, as with
+    /// `drop`.
+    pub fn destroy(self) {
+        let dropped: Vec<CmEvent> = {
+            let ch = self.inner.channel.lock();
+            let mut q = ch.inner.queue.lock();
+            let (gone, rest): (VecDeque<CmEvent>, VecDeque<CmEvent>) =
+                q.drain(..).partition(|e| self.is_about_me(e));
+            *q = rest;
+            if q.is_empty() {
+                ch.inner.fd.clear();
+            }
+            gone.into()
+        };
+        // Outside the channel's locks: dropping them may drop ids.
+        drop(dropped);
+        let agents: Vec<Arc<Agent>> = {
+            let st = self.inner.st.lock();
+            let mut v: Vec<Arc<Agent>> = st.agent.iter().cloned().collect();
+            for a in st
+                .reserved
+                .iter()
+                .map(|(a, _, _)| a)
+                .chain(st.listeners.iter().map(|(a, _)| a))
+            {
+                if !v.iter().any(|x| Arc::ptr_eq(x, a)) {
+                    v.push(a.clone());
+                }
+            }
+            v
+        };
+        drop(self);
+        for a in &agents {
+            let mut ast = a.state.lock();
+            a.pump(&mut ast);
+        }
+        // What the teardown sent leaves before this returns (a program often exits next).
+        for a in &agents {
+            a.flush_sends(DESTROY_FLUSH);
+        }
     }
 
     /// A number the caller keeps with the id (librdmacm's `id->context`).
@@ -447,9 +556,15 @@ impl CmId {
         self.inner.st.lock().agent.as_ref().map(|a| a.gid)
     }
 
-    fn lock_both(&self) -> (Option<Arc<Agent>>, parking_lot::MutexGuard<'_, IdState>) {
-        let st = self.inner.st.lock();
-        (st.agent.clone(), st)
+    /// The id's agent (set once, when the id is bound or resolved to a device). Calls
+    /// into the CM lock its state first and the id's second, the order the agent's own
+    /// thread takes them in (see `agent.rs`), so the id's lock is not held here.
+    fn agent(&self) -> Option<Arc<Agent>> {
+        self.inner.st.lock().agent.clone()
+    }
+
+    fn state_now(&self) -> State {
+        self.inner.st.lock().state
     }
 
     /// Binds the id to a local address and port (`rdma_bind_addr(3)`); port 0 picks a
@@ -528,7 +643,7 @@ impl CmId {
     }
 
     fn event(&self, kind: CmEventKind, status: i32) {
-        self.inner.channel.push(CmEvent {
+        self.inner.channel.lock().push(CmEvent {
             id: self.clone(),
             listen_id: None,
             kind,
@@ -542,10 +657,12 @@ impl CmId {
     /// [`CmId::context`]. RC and UC QPs are moved to INIT (the connection moves them
     /// on); a UD QP to RTS with Q_Key [`RDMA_UDP_QKEY`].
     pub fn create_qp(&self, pd: &Pd, init: &QpInitAttr<'_>) -> CmResult<Qp> {
-        let mut st = self.inner.st.lock();
-        let Some(a) = st.agent.clone() else {
-            return Err(bad("create_qp", st.state));
+        let Some(a) = self.agent() else {
+            return Err(bad("create_qp", self.state_now()));
         };
+        // A UD QP's send PSN, drawn before the id's lock is taken (lock order).
+        let psn = (a.state.lock().random() & 0xff_ffff) as u32;
+        let mut st = self.inner.st.lock();
         if !Arc::ptr_eq(pd.provider().device(), a.ctx.provider()) {
             return Err(CmError::Invalid(
                 "the PD belongs to another device than the id (use id.context())",
@@ -561,7 +678,6 @@ impl CmId {
         }
         let qp = pd.create_qp(init)?;
         if init.qp_type == QpType::Ud {
-            let psn = (a.state.lock().random() & 0xff_ffff) as u32;
             agent::ud_to_rts(&qp, RDMA_UDP_QKEY, psn)?;
         } else {
             qp.modify(
@@ -644,10 +760,12 @@ impl CmId {
             ..ConnParam::default()
         };
         let param = param.unwrap_or(&default);
-        let (agent, mut st) = self.lock_both();
-        let Some(a) = agent else {
-            return Err(bad("connect", st.state));
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("connect", self.state_now()));
         };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
         if st.state != State::RouteResolved {
             return Err(bad("connect", st.state));
         }
@@ -656,7 +774,6 @@ impl CmId {
         };
         let hdr = cma_header(src, dst)?;
         let limits = a.ctx.query_device();
-        let mut ast = a.state.lock();
         let now = agent::now();
         let remote_gid = Gid::from_ip(dst.ip());
         let conn = if self.inner.ps.is_datagram() {
@@ -740,7 +857,10 @@ impl CmId {
     /// depth the request offered (capped at the device's), 7 RNR retries; 255 in either
     /// field also means what the request offered.
     pub fn accept(&self, param: Option<&ConnParam>) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
+        if self.state_now() == State::ConnectResponse {
+            return self.establish();
+        }
+        let agent = self.agent();
         let default = ConnParam {
             responder_resources: u8::MAX,
             initiator_depth: u8::MAX,
@@ -748,13 +868,11 @@ impl CmId {
             ..ConnParam::default()
         };
         let param = param.unwrap_or(&default);
-        let Some(a) = agent else {
-            return Err(bad("accept", st.state));
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("accept", self.state_now()));
         };
-        if st.state == State::ConnectResponse {
-            drop(st);
-            return self.establish();
-        }
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
         if st.state != State::ConnectRequest {
             return Err(bad("accept", st.state));
         }
@@ -762,7 +880,6 @@ impl CmId {
             return Err(bad("accept", st.state));
         };
         let limits = a.ctx.query_device();
-        let mut ast = a.state.lock();
         let now = agent::now();
         if self.inner.ps.is_datagram() {
             if param.private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
@@ -804,7 +921,9 @@ impl CmId {
         let rr = pick(param.responder_resources, orr).min(cap_u8(limits.max_qp_rd_atom));
         let idp = pick(param.initiator_depth, oid).min(cap_u8(limits.max_qp_init_rd_atom));
         st.responder_resources = rr;
-        let psn = (ast.random() & 0xff_ffff) as u32;
+        // The PSN drawn when the request arrived, which `init_qp_attr` already gave a
+        // program that moves its own QP (`rping -q`).
+        let psn = st.passive_psn;
         ast.cm.accept(
             now,
             conn,
@@ -845,10 +964,12 @@ impl CmId {
     /// (from the REQ and REP: the peer's GID and QPN, PSNs, MTU, READ/atomic depths,
     /// timeouts and retry counts; IBTA vol. 1 §12.7).
     pub fn init_qp_attr(&self, state: QpState) -> CmResult<(QpAttr, QpAttrMask)> {
-        let (agent, st) = self.lock_both();
-        let Some(a) = agent else {
-            return Err(bad("init_qp_attr", st.state));
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("init_qp_attr", self.state_now()));
         };
+        let ast = a.state.lock();
+        let st = self.inner.st.lock();
         if state == QpState::Init {
             let mut acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
             if st.responder_resources > 0 || st.offered.0 > 0 {
@@ -876,21 +997,30 @@ impl CmId {
         let Some(conn) = st.conn else {
             return Err(bad("init_qp_attr", st.state));
         };
-        let ast = a.state.lock();
-        Ok(ast.cm.qp_attr(conn, state)?)
+        let (mut attr, mask) = ast.cm.qp_attr(conn, state)?;
+        // Before `accept` the CM does not know the PSN this side will announce in its REP
+        // (the peer's send PSN, our receive PSN): it is the one drawn for the request.
+        if st.state == State::ConnectRequest && state == QpState::Rtr {
+            attr.rq_psn = st.passive_psn;
+        }
+        Ok((attr, mask))
     }
 
     /// Completes the connection of an active id that has no QP (`rdma_establish(3)`),
     /// after its `ConnectResponse` event: sends the RTU.
     pub fn establish(&self) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("establish", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("establish", st.state));
         };
         if st.state != State::ConnectResponse {
             return Err(bad("establish", st.state));
         }
-        let mut ast = a.state.lock();
         ast.cm.ready_to_use(agent::now(), conn, &[])?;
         st.state = State::Established;
         drop(st);
@@ -901,14 +1031,18 @@ impl CmId {
     /// Rejects a connection request (`rdma_reject(3)`): REJ reason 28 (consumer defined)
     /// with `private_data` (at most 148 bytes); UD: SIDR_REP status 2 (rejected).
     pub fn reject(&self, private_data: &[u8]) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("reject", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("reject", st.state));
         };
         if st.state != State::ConnectRequest {
             return Err(bad("reject", st.state));
         }
-        let mut ast = a.state.lock();
         let now = agent::now();
         if self.inner.ps.is_datagram() {
             if private_data.len() > SIDR_REP_PRIVATE_DATA_MAX {
@@ -945,8 +1079,13 @@ impl CmId {
     /// flushed) and a DREQ is sent, or the DREP when the peer's DREQ came first.
     /// `Disconnected` follows on both sides.
     pub fn disconnect(&self) -> CmResult<()> {
-        let (agent, mut st) = self.lock_both();
-        let (Some(a), Some(conn)) = (agent, st.conn) else {
+        let agent = self.agent();
+        let Some(a) = agent.as_ref() else {
+            return Err(bad("disconnect", self.state_now()));
+        };
+        let mut ast = a.state.lock();
+        let mut st = self.inner.st.lock();
+        let Some(conn) = st.conn else {
             return Err(bad("disconnect", st.state));
         };
         if !matches!(
@@ -958,7 +1097,6 @@ impl CmId {
         if let Some(qp) = &st.qp {
             to_err(qp);
         }
-        let mut ast = a.state.lock();
         ast.cm.disconnect(agent::now(), conn, &[])?;
         if st.state != State::Disconnected {
             st.state = State::Disconnected;
@@ -1066,7 +1204,7 @@ fn push(
     param: ConnParam,
     ud: Option<UdParam>,
 ) {
-    inner.channel.push(CmEvent {
+    inner.channel.lock().push(CmEvent {
         id: CmId {
             inner: inner.clone(),
         },
@@ -1386,8 +1524,9 @@ fn new_child(
     dst_ip: IpAddr,
 ) -> CmId {
     let lport = l.st.lock().src.map(|s| s.port()).unwrap_or(0);
+    let channel = l.channel.lock().clone();
     let child = CmId::with_state(
-        &l.channel,
+        &channel,
         l.ps,
         State::ConnectRequest,
         Some(agent::arc_of(a)),

@@ -29,6 +29,9 @@
 //!   port space << 16 | port`), and the 36-byte RDMA CM header at the start of the REQ's
 //!   private data carries the IP addresses, as the kernel's rdma_cm does.
 //!
+//! - C programs get this API as a drop-in `librdmacm.so.1` (the `uroce-ibverbs` crate's
+//!   `cm` module, `make cabi`).
+//!
 //! ## Events
 //!
 //! [`CmEventKind`] numbers are librdmacm's (`enum rdma_cm_event_type`). Every event
@@ -44,9 +47,9 @@ mod id;
 pub use addr::{service_id, PortSpace};
 pub use agent::{agent_stats, AgentStats};
 pub use id::{
-    CmEvent, CmEventKind, CmId, ConnParam, EventChannel, UdParam, ACCEPT_PRIVATE_DATA_MAX,
-    CMA_HEADER_LEN, CONNECT_PRIVATE_DATA_MAX, RDMA_UDP_QKEY, REJECT_PRIVATE_DATA_MAX,
-    SIDR_PRIVATE_DATA_MAX, SIDR_REP_PRIVATE_DATA_MAX,
+    CmEvent, CmEventKind, CmId, ConnParam, EventChannel, UdParam, WeakCmId,
+    ACCEPT_PRIVATE_DATA_MAX, CMA_HEADER_LEN, CONNECT_PRIVATE_DATA_MAX, RDMA_UDP_QKEY,
+    REJECT_PRIVATE_DATA_MAX, SIDR_PRIVATE_DATA_MAX, SIDR_REP_PRIVATE_DATA_MAX,
 };
 
 /// Why an rdma_cm call failed, with the errno librdmacm would set.

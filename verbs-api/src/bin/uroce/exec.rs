@@ -1,7 +1,8 @@
-//! `uroce exec -- PROGRAM ARGS...`: runs an unmodified libibverbs program (rdma-core's
-//! `ibv_*` examples, perftest, your own) on uroce, by putting uroce's `libibverbs.so.1`
-//! first on `LD_LIBRARY_PATH` and replacing this process with the program. The uroce
-//! environment (`UROCE_DEVICES`, `UROCE_CONFIG`, `UROCE_BACKEND`) passes through.
+//! `uroce exec -- PROGRAM ARGS...`: runs an unmodified libibverbs or librdmacm program
+//! (rdma-core's `ibv_*` and rdmacm-utils examples, perftest, your own) on uroce, by putting
+//! the directory of uroce's `libibverbs.so.1` and `librdmacm.so.1` first on
+//! `LD_LIBRARY_PATH` and replacing this process with the program. The uroce environment
+//! (`UROCE_DEVICES`, `UROCE_CONFIG`, `UROCE_BACKEND`) passes through.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
