@@ -145,11 +145,12 @@ verdict() {
             b=$(grep -c '^server ping data: rdma-ping-' "$u" "$g" | awk -F: '{s+=$2} END {print s+0}')
             [ "$a" = "$n" ] && [ "$b" = "$n" ] || { echo "pings: client saw $a, server $b, of $n"; return 1; }
             echo "$n pings over the kernel CM, READ and WRITE checked (-V) on the client" ;;
-        udaddy)   # both ends counted every completion and said so
+        udaddy|ucma)   # both ends counted every completion and said so
             grep -q '^return status 0' "$u" && grep -q '^return status 0' "$g" \
                 && grep -q '^data transfers complete' "$u" && grep -q '^data transfers complete' "$g" \
                 || { echo "udaddy: uroce '$(tail -1 "$u")' rxe '$(tail -1 "$g")'"; return 1; }
-            echo "every datagram each way over SIDR-resolved UD QPs" ;;
+            if [ $kind = udaddy ]; then echo "every datagram each way over SIDR-resolved UD QPs"
+            else echo "every transfer each way over RC QPs connected by REQ/REP/RTU"; fi ;;
         lat)
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] || [ -n "$b" ] || { echo "no result row"; return 1; }
@@ -385,7 +386,7 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/d
     for net in v4 v6; do
         cmc $net rping "-s -v -S 64 -a @A" "-c -v -V -C 10 -S 64 -a " rping10
         cmc $net udaddy "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
-        cmc $net ucmatose "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
+        cmc $net ucmatose "-b @A -c 2 -C 10" "-c 2 -C 10 -s " ucma
     done
     cmc v4 ib_write_bw "-R -F -s 65536 -n 100" "-R -F -s 65536 -n 100 " bw1
     cmc v4 ib_send_lat "-R -F -s 8 -n 100" "-R -F -s 8 -n 100 " lat
@@ -404,6 +405,10 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_p
     cpp loss loss rc 4096 1024 200; cperf loss loss write_bw 65536 1024 50; cperf loss loss read_bw 65536 1024 50
 fi
 cmrping loss 50 4096
+if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/dev/null; then
+    cmc loss rping "-s -v -S 4096 -a @A" "-c -v -V -C 50 -S 4096 -a " rping50
+    cmc loss ucmatose "-b @A -c 2 -C 50" "-c 2 -C 50 -s " ucma
+fi
 bash "$LAB/loss.sh" $G off >/dev/null
 
 # --- IPv6 (RoCE GIDs fd99::1 / fd99::12; the TCP exchange still over IPv4) ------------------
