@@ -83,14 +83,20 @@ fn ready(test: &str, progs: &[&str]) -> bool {
 }
 
 /// `uroce exec --devices DEVICES -- PROG ARGS`, output captured.
+/// `prog` on uroce's libraries (`uroce exec`), or, for [`UROCE_TOOL`], one of uroce's own
+/// tools (`uroce ARGS`) with the same device list.
 fn exec(devices: &str, prog: &str, args: &[String]) -> Child {
-    Command::new(uroce())
-        .arg("exec")
-        .arg("--devices")
-        .arg(devices)
-        .arg("--")
-        .arg(prog)
-        .args(args)
+    let mut cmd = Command::new(uroce());
+    if prog == UROCE_TOOL {
+        cmd.env("UROCE_DEVICES", devices);
+    } else {
+        cmd.arg("exec")
+            .arg("--devices")
+            .arg(devices)
+            .arg("--")
+            .arg(prog);
+    }
+    cmd.args(args)
         .env_remove("UROCE_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -298,22 +304,40 @@ fn count(out: &str, prefix: &str) -> usize {
 /// `rping -s` against `rping -c`: 10 pings, each validated (`-V`) and printed (`-v`) on
 /// both sides; the client exits 0 after its disconnect, the server after the DISCONNECTED
 /// event and its own disconnect.
+/// The program name that stands for uroce's own tools in [`exec`] (`uroce rping`, ...).
+const UROCE_TOOL: &str = "uroce";
+
 fn rping(test: &str, server_ip: &str, client_ip: &str) {
+    rping_with(test, server_ip, client_ip, "rping", "rping");
+}
+
+/// rping between `server_prog` and `client_prog` (each `rping` on uroce's libraries, or
+/// [`UROCE_TOOL`] for `uroce rping`).
+fn rping_with(test: &str, server_ip: &str, client_ip: &str, server_prog: &str, client_prog: &str) {
     let common = ["-p", "7174", "-C", "10", "-v", "-V"];
-    let mut s = vec!["-s", "-a", server_ip];
+    let tool = |prog: &str| {
+        if prog == UROCE_TOOL {
+            vec!["rping"]
+        } else {
+            vec![]
+        }
+    };
+    let mut s = tool(server_prog);
+    s.extend_from_slice(&["-s", "-a", server_ip]);
     s.extend_from_slice(&common);
-    let mut c = vec!["-c", "-a", server_ip];
+    let mut c = tool(client_prog);
+    c.extend_from_slice(&["-c", "-a", server_ip]);
     c.extend_from_slice(&common);
     let p = pair(
         test,
         Side {
             ip: server_ip,
-            prog: "rping",
+            prog: server_prog,
             args: args(&s),
         },
         Side {
             ip: client_ip,
-            prog: "rping",
+            prog: client_prog,
             args: args(&c),
         },
     );
@@ -337,6 +361,18 @@ fn rping(test: &str, server_ip: &str, client_ip: &str) {
         );
     }
     assert!(!p.client.contains("data mismatch"), "{}", p.client);
+}
+
+/// Debian's rping on uroce's librdmacm against `uroce rping` (the Rust rdma_cm API), as
+/// server and as client.
+#[test]
+fn rping_against_the_uroce_tool_both_ways() {
+    let test = "rping_against_the_uroce_tool_both_ways";
+    if !ready(test, &["rping"]) {
+        return;
+    }
+    rping_with(test, "127.0.127.2", "127.0.127.1", "rping", UROCE_TOOL);
+    rping_with(test, "127.0.128.2", "127.0.128.1", UROCE_TOOL, "rping");
 }
 
 #[test]
