@@ -90,11 +90,12 @@ wait_udp() {
     return 1
 }
 
-# wait until an rdma_cm id listens in the guest (the kernel's `rdma res show cm_id`)
+# wait until program $2 has an rdma_cm id listening in the guest (the kernel's `rdma res
+# show cm_id`; by name, since an id of the previous case's program may linger), at most $1 s
 wait_listen() {
     local end=$(( $(date +%s) + $1 ))
     while [ "$(date +%s)" -lt "$end" ]; do
-        gsh $G "rdma res show cm_id" 2>/dev/null | grep -q LISTEN && return 0
+        gsh $G "rdma res show cm_id" 2>/dev/null | grep -q "LISTEN.* comm ${2:0:15} " && return 0
         sleep 0.2
     done
     return 1
@@ -201,7 +202,7 @@ run() {
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
         case $uargs in
-            cm:*|exec:*@A*) wait_listen 30; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
+            cm:*|exec:*@A*) wait_listen 30 "${gcmd%% *}"; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             *) wait_port g $port 30; host_cmd $ip $GIP > "$u" 2>&1; urc=$? ;;
         esac
     fi
@@ -220,11 +221,11 @@ run() {
         fi
         PASS=$((PASS + 1)); printf 'PASS %-34s %5ss  %s\n' "$name" "$secs" "$det"
     else
-        # perftest -R's own race: its client opens a second rdma_cm connection at once,
-        # and when that REQ comes before the server's second rdma_listen it is rejected
-        # with reason 8 (invalid service ID; perftest then crashes in its retry path). rxe
-        # clients rarely hit it because their address resolution takes time; uroce's is
-        # immediate. The case runs again, at most 3 times (as in make test).
+        # perftest -R's client opens a second rdma_cm connection at once; when that REQ
+        # comes before the server's second rdma_listen it is rejected with reason 8
+        # (invalid service ID) and perftest crashes in its retry path. Seen between two
+        # uroce processes (uroce resolves addresses at once); make test runs such a pair
+        # again, and so does this, at most 3 times.
         if [ "${CM_TRY:-0}" -gt 0 ] && [ "$CM_TRY" -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$u" "$g" 2>/dev/null; then
             CM_AGAIN=1
             cleanup_guest
