@@ -184,3 +184,28 @@ impl<K: Kind> Obj<K> {
         self.c.get()
     }
 }
+
+/// A NULL-terminated array of `items` that C owns until it gives it back to
+/// [`free_null_terminated`] (`ibv_get_device_list(3)`, `rdma_get_devices(3)`).
+pub fn into_null_terminated<T>(items: impl IntoIterator<Item = *mut T>) -> *mut *mut T {
+    let list: Box<[*mut T]> = items.into_iter().chain([core::ptr::null_mut()]).collect();
+    Box::into_raw(list).cast::<*mut T>()
+}
+
+/// Frees an array of [`into_null_terminated`]; NULL is ignored.
+///
+/// # Safety
+///
+/// `list` is NULL or came from [`into_null_terminated`] and is not used again.
+pub unsafe fn free_null_terminated<T>(list: *mut *mut T) {
+    if list.is_null() {
+        return;
+    }
+    let mut n = 0;
+    // SAFETY: the array ends with NULL (into_null_terminated built it).
+    while !unsafe { *list.add(n) }.is_null() {
+        n += 1;
+    }
+    // SAFETY: the box into_null_terminated leaked: n items and the NULL.
+    drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(list, n + 1)) });
+}

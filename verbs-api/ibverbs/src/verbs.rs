@@ -244,16 +244,13 @@ pub(crate) fn device_table() -> Result<&'static [usize], Errno> {
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
     ffi!(null, {
         let t = device_table()?;
-        let list: Box<[*mut ibv_device]> = t
-            .iter()
-            .map(|p| *p as *mut ibv_device)
-            .chain([ptr::null_mut()])
-            .collect();
         if !num_devices.is_null() {
             // SAFETY: writable per the contract.
             unsafe { *num_devices = t.len() as c_int };
         }
-        Ok(Box::into_raw(list).cast::<*mut ibv_device>())
+        Ok(crate::handle::into_null_terminated(
+            t.iter().map(|p| *p as *mut ibv_device),
+        ))
     })
 }
 
@@ -265,16 +262,8 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
 // Exported as `ibv_free_device_list@@IBVERBS_1.1` by compat.rs.
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     ffi!(nothing, {
-        if list.is_null() {
-            return Ok(());
-        }
-        let mut n = 0;
-        // SAFETY: the array ends with NULL (we built it).
-        while !unsafe { *list.add(n) }.is_null() {
-            n += 1;
-        }
-        // SAFETY: the box `ibv_get_device_list` leaked: n devices and the NULL.
-        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(list, n + 1)) });
+        // SAFETY: per the contract.
+        unsafe { crate::handle::free_null_terminated(list) };
         Ok(())
     })
 }

@@ -1861,8 +1861,7 @@ pub unsafe extern "C" fn uroce_rdma_get_devices(num_devices: *mut c_int) -> *mut
             // SAFETY: writable per the contract.
             unsafe { num_devices.write(c_int::try_from(list.len()).unwrap_or(c_int::MAX)) };
         }
-        list.push(ptr::null_mut());
-        Ok(Box::into_raw(list.into_boxed_slice()).cast::<*mut ibv_context>())
+        Ok(crate::handle::into_null_terminated(list))
     })
 }
 
@@ -1874,16 +1873,8 @@ pub unsafe extern "C" fn uroce_rdma_get_devices(num_devices: *mut c_int) -> *mut
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdma_free_devices(list: *mut *mut ibv_context) {
     ffi!(nothing, {
-        if list.is_null() {
-            return Ok(());
-        }
-        let mut n = 0;
-        // SAFETY: the array ends with NULL (we built it).
-        while !unsafe { *list.add(n) }.is_null() {
-            n += 1;
-        }
-        // SAFETY: the box `rdma_get_devices` leaked: n contexts and the NULL.
-        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(list, n + 1)) });
+        // SAFETY: per the contract.
+        unsafe { crate::handle::free_null_terminated(list) };
         Ok(())
     })
 }
