@@ -384,6 +384,9 @@ cmudaddy() {
 }
 cmrping v4 10 64; cmrping v4 100 4096; cmrping v6 10 64
 cmudaddy v4 1 10 100; cmudaddy v4 4 50 1024; cmudaddy v6 2 10 100
+# udaddy with the flags a user types (none but the addresses)
+run "v4-cm-udaddy-defaults-server" server udaddy v4 "cm:udaddy -b @A" "udaddy -s"
+run "v4-cm-udaddy-defaults-client" client udaddy v4 "cm:udaddy -s @A" "udaddy -b @GIP"
 
 # --- Debian's rdmacm-utils and perftest -R on the host on uroce's librdmacm (uroce exec) --
 # cmc NET PROG SERVER_ARGS CLIENT_ARGS KIND: PROG with the host as server (the guest's
@@ -406,6 +409,10 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/d
         cmc $net udaddy "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
         cmc $net ucmatose "-b @A -c 2 -C 10" "-c 2 -C 10 -s " ucma
     done
+    # the defaults a user types (only the addresses)
+    cmc v4 udaddy "-b @A" "-s " udaddy -defaults
+    cmc v4 ucmatose "-b @A" "-s " ucma -defaults
+    cmc v4 ib_send_bw "-R" "-R " bw2 -defaults
     cmc v4 ib_write_bw "-R -F -s 65536 -n 100" "-R -F -s 65536 -n 100 " bw1
     cmc v4 ib_send_lat "-R -F -s 8 -n 100" "-R -F -s 8 -n 100 " lat
 else
