@@ -152,6 +152,11 @@ verdict() {
                 || { echo "udaddy: uroce '$(tail -1 "$u")' rxe '$(tail -1 "$g")'"; return 1; }
             if [ $kind = udaddy ]; then echo "every datagram each way over SIDR-resolved UD QPs"
             else echo "every transfer each way over RC QPs connected by REQ/REP/RTU"; fi ;;
+        rstream)   # rstream -T v: both ends print the same custom row, every byte checked
+            a=$(line "$u" '^custom ') b=$(line "$g" '^custom ')
+            [ -n "$a" ] && [ -n "$b" ] && [ "$(echo $a | awk '{print $2,$3,$4,$5}')" = "$(echo $b | awk '{print $2,$3,$4,$5}')" ] \
+                || { echo "rstream: uroce '${a}' rxe '${b}'"; return 1; }
+            echo "$(echo $a | awk '{print $2 " B x " $3 " x " $4 " each way, data verified; uroce " $8}') rxe $(echo $b | awk '{print $8}') usec/xfer" ;;
         lat)
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] || [ -n "$b" ] || { echo "no result row"; return 1; }
@@ -226,7 +231,7 @@ run() {
         # (invalid service ID) and perftest crashes in its retry path. Seen between two
         # uroce processes (uroce resolves addresses at once); make test runs such a pair
         # again, and so does this, at most 3 times.
-        if [ "${CM_TRY:-0}" -gt 0 ] && [ "$CM_TRY" -lt 3 ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$u" "$g" 2>/dev/null; then
+        if [ "${CM_TRY:-0}" -gt 0 ] && [ "$CM_TRY" -lt 3 ] && grep -qE "RDMA_CM_EVENT_REJECTED; error: 8|rconnect: Connection refused" "$u" "$g" 2>/dev/null; then
             CM_AGAIN=1
             cleanup_guest
             return
@@ -415,6 +420,12 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/d
     cmc v4 ib_send_bw "-R" "-R " bw2 -defaults
     cmc v4 ib_write_bw "-R -F -s 65536 -n 100" "-R -F -s 65536 -n 100 " bw1
     cmc v4 ib_send_lat "-R -F -s 8 -n 100" "-R -F -s 8 -n 100 " lat
+    # rsockets (librdmacm's own protocol over RC): small inline messages, 64 KiB through
+    # the send buffer and the grants, a blocking run, and IPv6
+    cmc v4 rstream "-b @A -T v -S 64 -C 20 -I 20" "-T v -S 64 -C 20 -I 20 -s " rstream -64
+    cmc v4 rstream "-b @A -T v -S 65536 -C 10 -I 4" "-T v -S 65536 -C 10 -I 4 -s " rstream -64k
+    cmc v4 rstream "-b @A -T v -T b -S 10000 -C 10 -I 4" "-T v -T b -S 10000 -C 10 -I 4 -s " rstream -block
+    cmc v6 rstream "-b @A -T v -S 4096 -C 10 -I 4" "-T v -S 4096 -C 10 -I 4 -s " rstream -4k
 else
     echo "lab-interop: Debian's rdmacm-utils on uroce skipped (make cabi-release; apt-get install rdmacm-utils)" >&2
 fi
@@ -433,6 +444,7 @@ cmrping loss 50 4096
 if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/dev/null; then
     cmc loss rping "-s -v -S 4096 -a @A" "-c -v -V -C 50 -S 4096 -a " rping50
     cmc loss ucmatose "-b @A -c 2 -C 50" "-c 2 -C 50 -s " ucma
+    cmc loss rstream "-b @A -T v -S 65536 -C 10 -I 4" "-T v -S 65536 -C 10 -I 4 -s " rstream -64k
 fi
 bash "$LAB/loss.sh" $G off >/dev/null
 

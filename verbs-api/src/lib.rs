@@ -127,6 +127,7 @@
 mod eventfd;
 mod objects;
 pub mod rdma_cm;
+pub mod rsocket;
 
 pub use objects::*;
 pub use uroce_provider::ah::AhAttr;

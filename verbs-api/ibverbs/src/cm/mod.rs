@@ -49,8 +49,8 @@
 //! and `_AFONLY`, refuses `RDMA_OPTION_ID_ACK_TIMEOUT` and `RDMA_OPTION_IB_PATH`
 //! (`EOPNOTSUPP`), and unknown options as the kernel does (`ENOSYS`). AF_IB addresses are
 //! `EAFNOSUPPORT`. `rdma_notify` accepts `IBV_EVENT_COMM_EST` (the Rust CM establishes on
-//! the RTU). rsockets are not implemented yet (`ENOSYS`; `rpoll` and `rselect` pass
-//! ordinary descriptors to `poll` and `select`): see `src/cm/rsocket.rs`.
+//! the RTU). rsockets (`rsocket`, `rsend`, `rpoll`, ...) are the C skin of
+//! `uroce_verbs::rsocket` (stream sockets; see `src/cm/rsocket.rs` for what is not there).
 
 mod addrinfo;
 mod rsocket;
