@@ -205,6 +205,7 @@ pub const DEFAULT_PKEY: u16 = 0xffff;
 struct Counts {
     pd: u32,
     mr: u32,
+    mw: u32,
     cq: u32,
     qp: u32,
     srq: u32,
@@ -318,6 +319,7 @@ impl Device {
         let (count, max) = match what {
             Resource::Pd => (&mut r.counts.pd, self.limits.max_pd),
             Resource::Mr => (&mut r.counts.mr, self.limits.max_mr),
+            Resource::Mw => (&mut r.counts.mw, self.limits.max_mw),
             Resource::Cq => (&mut r.counts.cq, self.limits.max_cq),
             Resource::Qp => (&mut r.counts.qp, self.limits.max_qp),
             Resource::Srq => (&mut r.counts.srq, self.limits.max_srq),
@@ -340,6 +342,7 @@ impl Device {
         let count = match what {
             Resource::Pd => &mut r.counts.pd,
             Resource::Mr => &mut r.counts.mr,
+            Resource::Mw => &mut r.counts.mw,
             Resource::Cq => &mut r.counts.cq,
             Resource::Qp => &mut r.counts.qp,
             Resource::Srq => &mut r.counts.srq,

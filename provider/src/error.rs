@@ -10,6 +10,8 @@ pub enum Resource {
     Pd,
     /// Memory regions (`max_mr`).
     Mr,
+    /// Memory windows (`max_mw`).
+    Mw,
     /// Bytes of one memory region (`max_mr_size`).
     MrSize,
     /// Completion queues (`max_cq`).
@@ -41,6 +43,7 @@ impl fmt::Display for Resource {
         let s = match self {
             Resource::Pd => "protection domains (max_pd)",
             Resource::Mr => "memory regions (max_mr)",
+            Resource::Mw => "memory windows (max_mw)",
             Resource::MrSize => "memory region bytes (max_mr_size)",
             Resource::Cq => "completion queues (max_cq)",
             Resource::Cqe => "completion queue entries (max_cqe)",
@@ -185,6 +188,10 @@ pub enum Error {
     /// local, ...): the message says what to do.
     #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),
+    /// A work request posted on the caller's behalf (`ibv_bind_mw`'s bind WR) was
+    /// refused at post time; the errno is the post's (`EINVAL`, `ENOMEM` for a full queue).
+    #[error("work request refused: {0}")]
+    Wr(#[from] crate::wr::WrError),
     /// An operating system call failed.
     #[error("{op} failed: errno {errno}")]
     Os {
@@ -208,6 +215,7 @@ impl Error {
             Error::NoSuchDevice(_) => ENODEV,
             Error::Os { errno, .. } => *errno,
             Error::Backend(b) => b.errno(),
+            Error::Wr(w) => w.errno(),
             _ => EINVAL,
         }
     }

@@ -12,6 +12,7 @@
 //! | [`limits`] | device limits (`ibv_query_device`) | `ibv_query_device(3)` |
 //! | [`pd`] | protection domain | IBTA §10.2.3 |
 //! | [`mr`] | memory region, L_Key / R_Key, bounds and access checks | IBTA §10.6, `ibv_reg_mr(3)` |
+//! | [`mw`] | memory windows (types 1 and 2), binds, invalidation | IBTA §10.6.7, `ibv_alloc_mw(3)`, `ibv_bind_mw(3)` |
 //! | [`cq`] | completion queue and its notification | IBTA §11.2.8, `ibv_req_notify_cq(3)` |
 //! | [`srq`] | shared receive queue | IBTA §10.2.9, `ibv_modify_srq(3)` |
 //! | [`ah`] | address handle (UD) | IBTA §10.2.2, `ibv_create_ah(3)` |
@@ -38,6 +39,7 @@ pub mod error;
 pub mod event;
 pub mod limits;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod sim;

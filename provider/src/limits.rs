@@ -32,6 +32,8 @@ pub struct DeviceLimits {
     pub max_cqe: u32,
     /// Memory regions per device.
     pub max_mr: u32,
+    /// Memory windows per device.
+    pub max_mw: u32,
     /// Protection domains per device.
     pub max_pd: u32,
     /// Outstanding RDMA READ / atomic requests a QP accepts as responder
@@ -62,7 +64,7 @@ impl DeviceLimits {
     /// 2^20 or less); `max_cqe` 2^20 (rxe 32767); `max_sge` and `max_srq_sge` 32 (rxe 32
     /// and 27); `max_qp_rd_atom` / `max_qp_init_rd_atom` 128 (rxe 128); `max_inline_data`
     /// 1024 bytes (rxe 512); `max_mr_size` 2^64 - 1 like rxe (an owned region larger
-    /// than memory fails with `NoMemory` instead); atomics `IBV_ATOMIC_HCA` like rxe.
+    /// than memory fails with `NoMemory` instead); atomics `IBV_ATOMIC_HCA` like rxe; `max_mw` 2^16.
     pub const DEFAULT: DeviceLimits = DeviceLimits {
         max_mr_size: u64::MAX,
         max_qp: 1 << 20,
@@ -71,6 +73,7 @@ impl DeviceLimits {
         max_cq: 1 << 20,
         max_cqe: 1 << 20,
         max_mr: 1 << 20,
+        max_mw: 1 << 16,
         max_pd: 1 << 20,
         max_qp_rd_atom: 128,
         max_qp_init_rd_atom: 128,

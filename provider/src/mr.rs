@@ -66,6 +66,9 @@ bitflags! {
         const REMOTE_READ = 1 << 2;
         /// Peers may run atomic operations (`IBV_ACCESS_REMOTE_ATOMIC` = 8).
         const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND` = 16; IBTA
+        /// §10.6.7, C10-73; see [`crate::mw`]).
+        const MW_BIND = 1 << 4;
     }
 }
 
@@ -76,7 +79,7 @@ impl AccessFlags {
     pub fn validate(raw: u32) -> Result<AccessFlags> {
         let flags = AccessFlags::from_bits(raw).ok_or(Error::InvalidAccess {
             flags: raw,
-            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC",
+            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND",
         })?;
         if flags.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !flags.contains(AccessFlags::LOCAL_WRITE)
@@ -154,6 +157,9 @@ pub struct MemoryRegion {
     storage: Storage,
     /// Copies in progress (the low bits) and [`DEREGISTERED`] (see the module docs).
     pins: AtomicU32,
+    /// Memory windows bound to the region (changed under the device's resource lock):
+    /// while there are any, [`MemoryRegion::try_deregister`] refuses.
+    pub(crate) windows: AtomicU32,
 }
 
 /// The bit of [`MemoryRegion::pins`] that says the region was deregistered.
@@ -224,6 +230,7 @@ impl MemoryRegion {
             ptr,
             storage: Storage::Owned(boxed),
             pins: AtomicU32::new(0),
+            windows: AtomicU32::new(0),
         });
         r.mrs.insert(&mr);
         drop(guard);
@@ -295,6 +302,7 @@ impl MemoryRegion {
             ptr,
             storage: Storage::Raw,
             pins: AtomicU32::new(0),
+            windows: AtomicU32::new(0),
         });
         r.mrs.insert(&mr);
         drop(guard);
@@ -320,6 +328,27 @@ impl MemoryRegion {
             dev.release(Resource::Mr);
             self.pd.remove_user();
         }
+    }
+
+    /// Deregisters the region as [`deregister`](Self::deregister) does, unless memory
+    /// windows are bound to it: then nothing changes and the error is
+    /// [`Error::Busy`] (`EBUSY`; `ibv_alloc_mw(3)`: "ibv_dereg_mr() fails if any memory
+    /// window is still bound to this MR"). No window binds to it once this returned `Ok`.
+    pub fn try_deregister(&self) -> Result<()> {
+        {
+            let _res = self.pd.device().res.lock();
+            let users = self.windows.load(Ordering::Acquire) as usize;
+            if users > 0 {
+                return Err(Error::Busy {
+                    what: Resource::Mr,
+                    users,
+                });
+            }
+            // Under the lock a bind checks `is_registered`, so none slips in after this.
+            self.pins.fetch_or(DEREGISTERED, Ordering::AcqRel);
+        }
+        self.deregister();
+        Ok(())
     }
 
     /// Whether the region is still registered (not yet [`deregister`](Self::deregister)ed).
@@ -672,6 +701,8 @@ fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
 pub struct MrTable {
     by_lkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
     by_rkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
+    /// The memory windows (see [`crate::mw`]).
+    pub(crate) mws: crate::mw::MwTable,
 }
 
 impl std::fmt::Debug for MrTable {
@@ -684,7 +715,31 @@ impl std::fmt::Debug for MrTable {
 
 impl MrTable {
     fn key_free(&self, k: u32) -> bool {
-        k != 0 && !self.by_lkey.contains_key(&k) && !self.by_rkey.contains_key(&k)
+        k != 0
+            && !self.by_lkey.contains_key(&k)
+            && !self.by_rkey.contains_key(&k)
+            && !self.mws.has_index(k >> 8)
+    }
+
+    /// A fresh 24-bit window index: not a live window's, and the upper 24 bits of no live
+    /// region key, so that every key byte a bind may choose stays free (see [`crate::mw`]).
+    pub(crate) fn fresh_mw_index(&self, rng: &mut impl Rng) -> u32 {
+        loop {
+            let index = rng.gen_range(1..1u32 << 24);
+            let clash = self.mws.has_index(index)
+                || (0..=0xffu32).any(|b| {
+                    let k = index << 8 | b;
+                    self.by_lkey.contains_key(&k) || self.by_rkey.contains_key(&k)
+                });
+            if !clash {
+                return index;
+            }
+        }
+    }
+
+    /// The live region with L_Key `lkey`.
+    pub(crate) fn region_by_lkey(&self, lkey: u32) -> Option<Arc<MemoryRegion>> {
+        Self::lookup(&self.by_lkey, lkey).ok()
     }
 
     fn fresh_keys(&self, rng: &mut impl Rng) -> (u32, u32) {
@@ -721,11 +776,14 @@ impl MrTable {
 
     /// The responder's check of a RETH or AtomicETH (IBTA §9.7.4.1.4 and §10.6.3):
     /// `rkey` names a live region of protection domain `pd` that grants `needed` and
-    /// contains `va..va+len`. A zero-length access checks nothing and returns `None`
-    /// (IBTA §9.7.4.1.4: the R_Key of a zero-length RDMA operation is not validated).
+    /// contains `va..va+len`, or a memory window that does, as seen from QP `qpn` (the
+    /// window's rights and bounds, IBTA §10.6.7; see [`crate::mw`]); the region is
+    /// returned. A zero-length access checks nothing and returns `None` (IBTA
+    /// §9.7.4.1.4: the R_Key of a zero-length RDMA operation is not validated).
     pub fn check_remote(
         &self,
         pd: PdId,
+        qpn: u32,
         rkey: u32,
         va: u64,
         len: u64,
@@ -734,7 +792,12 @@ impl MrTable {
         if len == 0 {
             return Ok(None);
         }
-        let mr = Self::lookup(&self.by_rkey, rkey)?;
+        let Ok(mr) = Self::lookup(&self.by_rkey, rkey) else {
+            return self
+                .mws
+                .check_remote(pd, qpn, rkey, va, len, needed)
+                .map(Some);
+        };
         if mr.pd.id() != pd {
             return Err(AccessFault::PdMismatch { key: rkey });
         }
@@ -766,6 +829,12 @@ impl Device {
     /// [`MrTable::check_remote`] and [`MrTable::check_lkey`]).
     pub fn with_mrs<T>(&self, f: impl FnOnce(&MrTable) -> T) -> T {
         f(&self.res.lock().mrs)
+    }
+
+    /// Runs `f` with the device's MR table locked for changes (memory window binds and
+    /// invalidations).
+    pub(crate) fn with_mrs_mut<T>(&self, f: impl FnOnce(&mut MrTable) -> T) -> T {
+        f(&mut self.res.lock().mrs)
     }
 }
 
@@ -858,6 +927,7 @@ mod tests {
             assert!(t
                 .check_remote(
                     pd.id(),
+                    0,
                     mr.rkey(),
                     mr.addr(),
                     4096,
@@ -866,7 +936,7 @@ mod tests {
                 .unwrap()
                 .is_some());
             assert_eq!(
-                t.check_remote(pd.id(), 0xdead, 0, 0, AccessFlags::REMOTE_WRITE)
+                t.check_remote(pd.id(), 0, 0xdead, 0, 0, AccessFlags::REMOTE_WRITE)
                     .unwrap()
                     .map(|m| m.lkey()),
                 None
@@ -874,6 +944,7 @@ mod tests {
             assert_eq!(
                 t.check_remote(
                     pd.id(),
+                    0,
                     mr.lkey() ^ mr.rkey() ^ mr.lkey() ^ 1,
                     mr.addr(),
                     1,
@@ -884,12 +955,20 @@ mod tests {
                 Some(true)
             );
             assert!(matches!(
-                t.check_remote(pd.id(), mr.rkey(), mr.addr(), 1, AccessFlags::REMOTE_WRITE),
+                t.check_remote(
+                    pd.id(),
+                    0,
+                    mr.rkey(),
+                    mr.addr(),
+                    1,
+                    AccessFlags::REMOTE_WRITE
+                ),
                 Err(AccessFault::AccessDenied { .. })
             ));
             assert!(matches!(
                 t.check_remote(
                     pd.id(),
+                    0,
                     mr.rkey(),
                     mr.addr() + 4000,
                     97,
@@ -900,6 +979,7 @@ mod tests {
             assert!(matches!(
                 t.check_remote(
                     other.id(),
+                    0,
                     mr.rkey(),
                     mr.addr(),
                     1,

@@ -22,7 +22,8 @@ pub enum WcStatus {
     /// `IBV_WC_WR_FLUSH_ERR` = 5: the WR was outstanding, or posted, while its QP was in
     /// the error state (IBTA §10.3.1, C10-42).
     WrFlushErr = 5,
-    /// `IBV_WC_MW_BIND_ERR` = 6: memory window bind failed (no windows in uroce yet).
+    /// `IBV_WC_MW_BIND_ERR` = 6: a memory window bind broke a rule of IBTA §10.6.7 (see
+    /// `crate::mw`).
     MwBindErr = 6,
     /// `IBV_WC_BAD_RESP_ERR` = 7: an unexpected transport opcode was returned.
     BadRespErr = 7,
@@ -77,6 +78,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// `IBV_WC_FETCH_ADD` = 4.
     FetchAdd = 4,
+    /// `IBV_WC_BIND_MW` = 5: a memory window bind (`ibv_bind_mw`, `IBV_WR_BIND_MW`).
+    BindMw = 5,
+    /// `IBV_WC_LOCAL_INV` = 6: a local invalidate (`IBV_WR_LOCAL_INV`).
+    LocalInv = 6,
     /// `IBV_WC_RECV` = 128: a receive WR consumed by a SEND.
     Recv = 128,
     /// `IBV_WC_RECV_RDMA_WITH_IMM` = 129: consumed by an RDMA WRITE with immediate.

@@ -3,6 +3,7 @@
 
 use crate::ah::AddressHandle;
 use crate::mr::AccessFault;
+use crate::mw::{MwBind, MwId};
 use crate::qp::state::{QpState, QpType};
 use bitflags::bitflags;
 use std::sync::Arc;
@@ -94,6 +95,26 @@ pub enum SendOp {
         /// Value added.
         add: u64,
     },
+    /// `IBV_WR_LOCAL_INV` = 7 (RC, UC): invalidates the type 2 memory window whose R_Key
+    /// is `invalidate_rkey`, locally, in send-queue order (IBTA §10.6.7.2; see
+    /// [`crate::mw`]). Completes with `IBV_WC_LOCAL_INV`, or `IBV_WC_LOC_QP_OP_ERR`
+    /// when the key is a type 1 window's, a region's or not this PD's.
+    LocalInv {
+        /// R_Key to invalidate.
+        invalidate_rkey: u32,
+    },
+    /// `IBV_WR_BIND_MW` = 8 (RC, UC): binds memory window `mw` (IBTA §10.6.7.1; what
+    /// `ibv_bind_mw(3)` posts for type 1, and a type 2 window's bind WR) with the key byte
+    /// of `rkey` (its low 8 bits). Completes with `IBV_WC_BIND_MW`, or
+    /// `IBV_WC_MW_BIND_ERR` when a rule of [`crate::mw`] is broken.
+    BindMw {
+        /// The window.
+        mw: MwId,
+        /// The window's new R_Key; only its low 8 bits (the key) are used.
+        rkey: u32,
+        /// The region, range and rights.
+        bind: MwBind,
+    },
 }
 
 impl SendOp {
@@ -107,8 +128,16 @@ impl SendOp {
             SendOp::RdmaRead { .. } => 4,
             SendOp::AtomicCmpAndSwp { .. } => 5,
             SendOp::AtomicFetchAndAdd { .. } => 6,
+            SendOp::LocalInv { .. } => 7,
+            SendOp::BindMw { .. } => 8,
             SendOp::SendWithInv { .. } => 9,
         }
+    }
+
+    /// True for the operations executed locally, without a packet (bind, local
+    /// invalidate).
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::LocalInv { .. } | SendOp::BindMw { .. })
     }
 
     /// True for the operations that write local memory with the response.
@@ -132,7 +161,11 @@ impl SendOp {
     /// The remote address of an RDMA READ, WRITE or atomic, or `None` for the sends.
     pub fn remote_addr(&self) -> Option<u64> {
         match *self {
-            SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => None,
+            SendOp::Send
+            | SendOp::SendWithImm { .. }
+            | SendOp::SendWithInv { .. }
+            | SendOp::LocalInv { .. }
+            | SendOp::BindMw { .. } => None,
             SendOp::RdmaWrite { remote_addr, .. }
             | SendOp::RdmaWriteWithImm { remote_addr, .. }
             | SendOp::RdmaRead { remote_addr, .. }
@@ -142,7 +175,8 @@ impl SendOp {
     }
 
     /// Whether QPs of type `ty` can carry the operation (IBTA §9.8.3, the operations of each service, and
-    /// `ibv_post_send(3)`): UD only SENDs; UC SENDs and WRITEs; RC everything.
+    /// `ibv_post_send(3)`): UD only SENDs; UC SENDs, WRITEs, binds and local invalidates
+    /// (`ibv_bind_mw(3)`: "UC, RC or XRC_SEND"); RC everything.
     pub fn supported_by(&self, ty: QpType) -> bool {
         match ty {
             QpType::Rc => true,
@@ -152,6 +186,8 @@ impl SendOp {
                     | SendOp::SendWithImm { .. }
                     | SendOp::RdmaWrite { .. }
                     | SendOp::RdmaWriteWithImm { .. }
+                    | SendOp::LocalInv { .. }
+                    | SendOp::BindMw { .. }
             ),
             QpType::Ud => matches!(self, SendOp::Send | SendOp::SendWithImm { .. }),
         }

@@ -1,23 +1,68 @@
-//! Completion-side rules through the simulated fabric: SEND with invalidate reports the
-//! R_Key, and a CQ that overflows raises CQ_ERR and moves the QPs using it to ERR while
+//! Completion-side rules through the simulated fabric: SEND with invalidate invalidates
+//! the window and reports the R_Key, and a CQ that overflows raises CQ_ERR and moves the QPs using it to ERR while
 //! everything else carries on (IBTA vol. 1 §11.4.2, §11.6.3).
 
+use std::sync::Arc;
 use uroce_provider::event::AsyncEvent;
+use uroce_provider::mr::{AccessFlags, MemoryRegion};
+use uroce_provider::mw::{MemoryWindow, MwBind, MwType};
 use uroce_provider::sim::{Fabric, LinkConfig, QpSet, QpSetConfig, RcPairConfig};
 use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus};
 use uroce_provider::wr::{SendFlags, SendOp, SendWr};
 use uroce_provider::QpState;
 use uroce_tests::sim::{for_seeds, pair, A, B, SEC, SEEDS};
 
+/// b binds a type 2 window over a region of its own and returns both, with the window's
+/// R_Key (key byte 0x12).
+fn bound_window(
+    f: &mut Fabric,
+    b: &uroce_provider::sim::RcEnd,
+) -> (Arc<MemoryRegion>, Arc<MemoryWindow>, u32) {
+    let access = (AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).bits();
+    let mr = MemoryRegion::alloc(&b.pd, 4096, access).unwrap();
+    let mw = MemoryWindow::alloc(&b.pd, MwType::Type2).unwrap();
+    let rkey = (mw.rkey() & !0xff) | 0x12;
+    let bind = MwBind {
+        lkey: mr.lkey(),
+        addr: mr.addr(),
+        length: 4096,
+        access: AccessFlags::REMOTE_WRITE.bits(),
+    };
+    b.qp.post_send(&[SendWr::new(
+        7,
+        SendOp::BindMw {
+            mw: mw.id(),
+            rkey,
+            bind,
+        },
+        vec![],
+    )])
+    .unwrap();
+    let wc = f.run_until_completions(&b.send_cq, 1, SEC).unwrap()[0];
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    (mr, mw, rkey)
+}
+
 #[test]
-fn send_with_invalidate_reports_the_rkey() {
+fn send_with_invalidate_invalidates_the_window_once_and_reports_the_rkey() {
+    // Over a lossy, duplicating link: the IETH's R_Key is invalidated when the message
+    // executes, once (a duplicate is acknowledged, not executed, IBTA §9.7.5.1.2).
+    let link = LinkConfig {
+        loss: 0.1,
+        dup: 0.1,
+        ..LinkConfig::default()
+    };
     for_seeds("send with inv", &SEEDS, |seed| {
-        let (mut f, p) = pair(seed, LinkConfig::default(), RcPairConfig::default());
+        let (mut f, p) = pair(seed, link, RcPairConfig::default());
+        let (_mr, mw, rkey) = bound_window(&mut f, &p.b);
         p.b.recv(1, 0, 4096).unwrap();
         p.a.post(
             2,
             SendOp::SendWithInv {
-                invalidate_rkey: 0x00ab_cd12,
+                invalidate_rkey: rkey,
             },
             0,
             2000,
@@ -30,7 +75,11 @@ fn send_with_invalidate_reports_the_rkey() {
         );
         assert!(wc.wc_flags.contains(WcFlags::WITH_INV));
         assert!(!wc.wc_flags.contains(WcFlags::WITH_IMM));
-        assert_eq!(wc.invalidated_rkey(), Some(0x00ab_cd12));
+        assert_eq!(wc.invalidated_rkey(), Some(rkey));
+        assert!(!mw.is_bound());
+        let sent = f.run_until_completions(&p.a.send_cq, 1, SEC).unwrap()[0];
+        assert_eq!(sent.status, WcStatus::Success);
+        assert_eq!(p.b.qp.state(), QpState::Rts, "no error on b");
     });
 }
 

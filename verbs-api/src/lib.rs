@@ -2,7 +2,7 @@
 //!
 //! Every object of libibverbs has a handle here, cheap to clone (an `Arc`):
 //! [`Device`] / [`Context`] (`ibv_get_device_list`, `ibv_open_device`), [`Pd`],
-//! [`Mr`], [`Cq`], [`CompChannel`], [`Qp`], [`Srq`], [`Ah`]. The rules come from the
+//! [`Mr`], [`Mw`], [`Cq`], [`CompChannel`], [`Qp`], [`Srq`], [`Ah`]. The rules come from the
 //! IBTA specification, volume 1, and the libibverbs man pages; each method names its
 //! source. Errors are [`VerbsError`] (with [`VerbsError::errno`] for the C ABI) or, for
 //! posting, [`BadWr`] (libibverbs' `bad_wr`: the index of the first refused WR).
@@ -139,6 +139,7 @@ pub use uroce_provider::engine::{EngineConfig, Progress};
 pub use uroce_provider::event::AsyncEvent;
 pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
+pub use uroce_provider::mw::{BindError, InvalidateError, MwType};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
 /// The simulated fabric as a backend (open devices with [`Device::open_on`]; polling a
 /// CQ drives the fabric's virtual clock).

@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use uroce_provider as p;
 use uroce_provider::backend::{Backend, Driver};
-use uroce_provider::wr::{BadWr, RecvWr, SendWr, UdDest};
+use uroce_provider::mw::MwType;
+use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, UdDest};
 
 /// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES` (when
 /// set and not empty),
@@ -417,6 +418,16 @@ impl Pd {
         })
     }
 
+    /// Allocates a memory window of type `ty` on this PD (`ibv_alloc_mw(3)`; IBTA vol. 1
+    /// §10.6.7), not bound. Type 1 binds with [`Qp::bind_mw`], type 2 with a bind WR
+    /// ([`Mw::bind_wr`]) posted on an RC or UC QP of this PD. Errors:
+    /// [`VerbsError::Exhausted`] past `max_mw`.
+    pub fn alloc_mw(&self, ty: MwType) -> Result<Mw> {
+        Ok(Mw {
+            inner: p::mw::MemoryWindow::alloc(&self.inner, ty)?,
+        })
+    }
+
     /// Creates a QP in RESET (`ibv_create_qp(3)`).
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         self.create_qp_with(init, p::qp::QueuePair::create)
@@ -547,10 +558,16 @@ impl Mr {
     /// in progress are waited for, and nothing touches its memory afterwards (every clone's
     /// `read`/`write` fails with [`VerbsError::Deregistered`]). The bytes of a region uroce
     /// allocated are returned; a [`Pd::reg_mr_raw`] region returns none (they are in the
-    /// caller's memory).
-    pub fn dereg(self) -> Vec<u8> {
-        self.inner.deregister();
-        self.inner.contents()
+    /// caller's memory). Refused with [`VerbsError::Busy`] (`EBUSY`), changing nothing,
+    /// while memory windows are bound to it (`ibv_alloc_mw(3)`).
+    pub fn dereg(self) -> Result<Vec<u8>, DestroyError<Mr>> {
+        match self.inner.try_deregister() {
+            Ok(()) => Ok(self.inner.contents()),
+            Err(error) => Err(DestroyError {
+                object: self,
+                error,
+            }),
+        }
     }
 
     /// The provider MR.
@@ -802,12 +819,139 @@ impl Qp {
         self.inner.post_recv(wrs)
     }
 
+    /// Binds the type 1 window `mw` (`ibv_bind_mw(3)`): posts a bind WR on this QP (RC or
+    /// UC) with `wr_id` and `send_flags` (SIGNALED, FENCE), the key byte of the window's
+    /// R_Key incremented (libibverbs' `ibv_inc_rkey`). Returns that new R_Key at once; the
+    /// bind takes effect when it executes and completes with [`WcOpcode::BindMw`] (or
+    /// [`WcStatus::MwBindErr`]), and the R_Key may be sent to a peer by a later WR of this
+    /// QP. A zero `length` unbinds the window.
+    ///
+    /// Errors, with nothing posted: a type 2 window, `mr: None` with a non-zero address or
+    /// length, or a region of another PD than the window's ([`VerbsError::Mismatch`],
+    /// `EINVAL`); the post's own ([`VerbsError::Wr`]).
+    pub fn bind_mw(
+        &self,
+        mw: &Mw,
+        wr_id: u64,
+        send_flags: SendFlags,
+        info: &MwBindInfo<'_>,
+    ) -> Result<u32> {
+        if mw.mw_type() != MwType::Type1 {
+            return Err(VerbsError::Mismatch(
+                "ibv_bind_mw binds type 1 windows; post a bind WR (Mw::bind_wr) for type 2",
+            ));
+        }
+        if info.mr.is_none() && (info.addr != 0 || info.length != 0) {
+            return Err(VerbsError::Mismatch(
+                "a bind without a region must have address and length 0",
+            ));
+        }
+        if info
+            .mr
+            .is_some_and(|m| m.provider().pd().id() != mw.inner.pd().id())
+        {
+            return Err(VerbsError::Mismatch(
+                "the region is of another protection domain than the window",
+            ));
+        }
+        let old = mw.rkey();
+        let rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+        let wr = SendWr {
+            flags: send_flags,
+            ..mw.bind_wr(wr_id, rkey, info)
+        };
+        self.post_send(&[wr])
+            .map_err(|b| VerbsError::Wr(b.reason))?;
+        Ok(rkey)
+    }
+
     /// Destroys the QP (`ibv_destroy_qp(3)`): its number, CQs, SRQ and PD are released
     /// once every clone of this handle is gone.
     pub fn destroy(self) {}
 
     /// The provider QP.
     pub fn provider(&self) -> &Arc<p::qp::QueuePair> {
+        &self.inner
+    }
+}
+
+/// Where a bind puts a memory window (`struct ibv_mw_bind_info`): `length` bytes at
+/// virtual address `addr` of `mr`, with the rights `mw_access_flags` ([`AccessFlags`]
+/// bits: REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC; the last two need LOCAL_WRITE on the
+/// region, which must have MW_BIND). `mr: None` with `addr` and `length` 0 unbinds a type
+/// 1 window.
+#[derive(Clone, Copy, Debug)]
+pub struct MwBindInfo<'a> {
+    /// The region.
+    pub mr: Option<&'a Mr>,
+    /// First virtual address of the window.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// The window's rights.
+    pub mw_access_flags: u32,
+}
+
+impl MwBindInfo<'_> {
+    fn provider(&self) -> p::mw::MwBind {
+        p::mw::MwBind {
+            lkey: self.mr.map_or(0, |m| m.lkey()),
+            addr: self.addr,
+            length: self.length,
+            access: self.mw_access_flags,
+        }
+    }
+}
+
+/// A memory window (`struct ibv_mw`; IBTA vol. 1 §10.6.7): remote access to a range of a
+/// region, with rights of its own, through its own R_Key. Dropping the last clone
+/// deallocates it (see [`Mw::dealloc`]).
+#[derive(Clone, Debug)]
+pub struct Mw {
+    inner: Arc<p::mw::MemoryWindow>,
+}
+
+impl Mw {
+    /// The current R_Key: `index << 8 | key`, the key byte being the last bind's.
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey()
+    }
+
+    /// The type.
+    pub fn mw_type(&self) -> MwType {
+        self.inner.mw_type()
+    }
+
+    /// Whether it is bound now (a bind WR takes effect when it executes).
+    pub fn is_bound(&self) -> bool {
+        self.inner.is_bound()
+    }
+
+    /// A bind WR of this window (`IBV_WR_BIND_MW`, how type 2 windows are bound): posted
+    /// with [`Qp::post_send`] on an RC or UC QP of the window's PD, it gives the window the
+    /// R_Key `rkey` (only its low 8 bits, the key, are the consumer's; the rest is the
+    /// window's) and completes with [`WcOpcode::BindMw`], or [`WcStatus::MwBindErr`] when a
+    /// binding rule is broken (see `uroce_provider::mw`), which moves the QP to ERR.
+    pub fn bind_wr(&self, wr_id: u64, rkey: u32, info: &MwBindInfo<'_>) -> SendWr {
+        SendWr::new(
+            wr_id,
+            SendOp::BindMw {
+                mw: self.inner.id(),
+                rkey,
+                bind: info.provider(),
+            },
+            Vec::new(),
+        )
+    }
+
+    /// Deallocates the window (`ibv_dealloc_mw(3)`): a bound window is unbound (its region
+    /// may then be deregistered) and its R_Key is answered with a remote access error.
+    pub fn dealloc(self) {
+        self.inner.dealloc();
+    }
+
+    /// The provider window.
+    pub fn provider(&self) -> &Arc<p::mw::MemoryWindow> {
         &self.inner
     }
 }

@@ -311,11 +311,24 @@ fn every_rc_opcode_over_loopback_udp() {
     assert_eq!((wc.imm(), wc.byte_len), (Some(0xdead_beef), 300));
     assert_eq!(read(&b.mr, 16_384, 300), msg[..300]);
 
-    // SEND with invalidate: the responder reports the R_Key (IBTA §9.4.1.1).
+    // SEND with invalidate: the responder invalidates b's type 2 window and reports its
+    // R_Key (IBTA §9.4.1.1, §10.6.7.2).
+    let bindable = (AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND).bits();
+    let wmr = b.pd.alloc_mr(64, bindable).unwrap();
+    let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
+    let inv = (mw.rkey() & !0xff) | 0x78;
+    let bind = MwBindInfo {
+        mr: Some(&wmr),
+        addr: wmr.addr(),
+        length: 64,
+        mw_access_flags: AccessFlags::REMOTE_READ.bits(),
+    };
+    b.qp.post_send(&[mw.bind_wr(99, inv, &bind)]).unwrap();
+    expect_ok(&b, 99, "type 2 bind");
     b.qp.post_recv(&[recv_wr(3, &b.mr, 20_480, 4096)]).unwrap();
     let w = post(
         SendOp::SendWithInv {
-            invalidate_rkey: 0x1234_5678,
+            invalidate_rkey: inv,
         },
         vec![a.mr.sge(0, 64)],
         none,
@@ -324,8 +337,9 @@ fn every_rc_opcode_over_loopback_udp() {
     let wc = expect_ok(&b, 3, "SEND with invalidate (receiver)");
     assert_eq!(
         (wc.opcode, wc.invalidated_rkey(), wc.byte_len),
-        (WcOpcode::Recv, Some(0x1234_5678), 64)
+        (WcOpcode::Recv, Some(inv), 64)
     );
+    assert!(!mw.is_bound());
     assert_eq!(read(&b.mr, 20_480, 64), msg[..64]);
 
     // RDMA WRITE, 5 packets.

@@ -747,6 +747,8 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
         SendOp::AtomicCmpAndSwp { .. } => WcOpcode::CompSwap,
         SendOp::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
+        SendOp::BindMw { .. } => WcOpcode::BindMw,
+        SendOp::LocalInv { .. } => WcOpcode::LocalInv,
     }
 }
 

@@ -136,6 +136,15 @@ impl Completer {
         out: &mut CompOut<'_>,
     ) -> bool {
         while let Some(w) = req.started.front_mut() {
+            if w.kind == Kind::Local {
+                // Executed already; it completes as soon as it is the oldest.
+                if w.error.is_some() {
+                    break;
+                }
+                req.pop_front();
+                out.actions.push(Action::Complete);
+                continue;
+            }
             let d = w.first_psn.distance(through);
             if d <= 0 {
                 break;
@@ -148,6 +157,7 @@ impl Completer {
                         self.on_progress(ctx, out);
                     }
                 }
+                Kind::Local => {}
                 Kind::Read | Kind::Atomic => {
                     if covered > w.done_pkts {
                         // The responder went past it, so its response was lost.

@@ -470,6 +470,8 @@ impl QueuePair {
         ReqCtx {
             dev: self.pd().device(),
             pd: self.pd().id(),
+            qpn: self.qpn(),
+            qp_type: self.qp_type(),
             state: a.qp_state,
             mtu: a.path_mtu,
             dest_qpn: a.dest_qp_num,
@@ -507,7 +509,17 @@ impl QueuePair {
             }
         } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
             let ctx = self.req_ctx(&a, route);
-            match inner.rc.req.poll_transmit(&ctx, &inner.sq, buf) {
+            let mut out = inner.rc.req.poll_transmit(&ctx, &inner.sq, buf);
+            while out == ReqOut::Local {
+                self.complete_leading_locals(inner, now);
+                if inner.attr.qp_state == QpState::Err {
+                    out = ReqOut::Idle;
+                    break;
+                }
+                out = inner.rc.req.poll_transmit(&ctx, &inner.sq, buf);
+            }
+            match out {
+                ReqOut::Local => unreachable!("handled above"),
                 ReqOut::Sent { len, retransmit } => {
                     if retransmit {
                         tally.add(Counter::Retransmits, 1);
@@ -545,6 +557,26 @@ impl QueuePair {
             len,
         });
         (t, more)
+    }
+
+    /// Completes the executed local operations (binds, local invalidates) at the front of
+    /// the requester, in send-queue order: with success, or the first failed one with its
+    /// status, which moves the QP to ERR (IBTA §10.6.7: a failed bind is a completion
+    /// error).
+    fn complete_leading_locals(&self, inner: &mut QpInner, now: Instant) {
+        let mut acts = Vec::new();
+        while let Some(w) = inner.rc.req.started.front() {
+            if w.kind != requester::Kind::Local {
+                break;
+            }
+            if let Some(status) = w.error {
+                acts.push(Action::Fatal(status));
+                break;
+            }
+            inner.rc.req.pop_front();
+            acts.push(Action::Complete);
+        }
+        self.apply_actions(inner, now, &mut acts, false);
     }
 
     /// The acknowledgements this RC QP owes for requests it already executed, built into
@@ -768,6 +800,29 @@ impl QueuePair {
         }
         let dev = self.pd().device();
         let a = inner.attr;
+        // A bind or local invalidate runs and completes when it reaches the front (UC
+        // completes in send-queue order as its packets leave).
+        while let Some(wqe) = inner.sq.front().filter(|w| w.wr.op.is_local()) {
+            let r = crate::mw::execute_local(
+                dev,
+                self.pd().id(),
+                self.qpn(),
+                self.qp_type(),
+                &wqe.wr.op,
+            );
+            let wqe = inner.sq.pop_front().expect("front exists");
+            match r {
+                Ok(()) if wqe.signaled => self.complete_send(inner, &wqe, WcStatus::Success),
+                Ok(()) => {}
+                Err(status) => {
+                    self.complete_send(inner, &wqe, status);
+                    let cur = inner.attr.qp_state;
+                    self.enter_error_locked(inner, cur);
+                    return (None, false);
+                }
+            }
+        }
+        self.note_sq_drained(inner);
         let Some(wqe) = inner.sq.front() else {
             return (None, false);
         };

@@ -91,15 +91,24 @@ pub(crate) fn write_imm_completion(
     }
 }
 
-/// Checks a RETH's R_Key for its whole DMA length with the rights `needed` (IBTA
-/// §9.7.4.1.4, §10.6.3): the region, or `None` for a zero length (nothing is checked).
+/// Checks a RETH's R_Key (a region's or a memory window's) for its whole DMA length with
+/// the rights `needed` (IBTA §9.7.4.1.4, §10.6.3, §10.6.7): the region, or `None` for a
+/// zero length (nothing is checked).
 pub(crate) fn check_reth(
     ctx: &RespCtx<'_>,
     reth: &RethRepr,
     needed: AccessFlags,
 ) -> Result<Option<Arc<MemoryRegion>>, AccessFault> {
-    ctx.dev
-        .with_mrs(|t| t.check_remote(ctx.pd, reth.r_key, reth.va, reth.dma_len.into(), needed))
+    ctx.dev.with_mrs(|t| {
+        t.check_remote(
+            ctx.pd,
+            ctx.qpn,
+            reth.r_key,
+            reth.va,
+            reth.dma_len.into(),
+            needed,
+        )
+    })
 }
 
 /// Places one RDMA WRITE packet's payload at `*va` in `mr` (checked at the First packet;

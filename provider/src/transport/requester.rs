@@ -6,7 +6,7 @@
 use super::packet::{emit, gather, Route, SgeError};
 use crate::device::Device;
 use crate::pd::PdId;
-use crate::qp::state::QpState;
+use crate::qp::state::{QpState, QpType};
 use crate::wc::WcStatus;
 use crate::wr::{SendFlags, SendOp, SendWqe};
 use std::collections::VecDeque;
@@ -40,6 +40,9 @@ pub(crate) enum Kind {
     Read,
     /// CmpSwap or FetchAdd: an ATOMIC Acknowledge carries the original value.
     Atomic,
+    /// A memory window bind or a local invalidate: executed when the requester reaches
+    /// it, without a packet or a PSN; it completes once every WQE before it has.
+    Local,
 }
 
 impl Kind {
@@ -49,6 +52,7 @@ impl Kind {
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => Kind::Write,
             SendOp::RdmaRead { .. } => Kind::Read,
             SendOp::AtomicCmpAndSwp { .. } | SendOp::AtomicFetchAndAdd { .. } => Kind::Atomic,
+            SendOp::LocalInv { .. } | SendOp::BindMw { .. } => Kind::Local,
         }
     }
 
@@ -65,7 +69,7 @@ pub(crate) struct WqeTx {
     /// PSN of the first request packet (IBTA §9.7.1).
     pub first_psn: Psn,
     /// PSNs the WQE consumes: its request packets, or for a READ its response packets
-    /// (ceil(len / MTU), at least 1; IBTA §9.7.4.1.3).
+    /// (ceil(len / MTU), at least 1; IBTA §9.7.4.1.3); 0 for a local operation.
     pub npkts: u32,
     /// Message length in bytes.
     pub len: u32,
@@ -103,6 +107,8 @@ pub(crate) fn packets_for(len: u32, mtu: Mtu) -> u32 {
 pub(crate) struct ReqCtx<'a> {
     pub dev: &'a Device,
     pub pd: PdId,
+    pub qpn: u32,
+    pub qp_type: QpType,
     pub state: QpState,
     pub mtu: Mtu,
     pub dest_qpn: u32,
@@ -115,6 +121,9 @@ pub(crate) struct ReqCtx<'a> {
 pub(crate) enum ReqOut {
     /// A packet of `len` bytes is in the buffer; `retransmit` when its PSN was sent before.
     Sent { len: usize, retransmit: bool },
+    /// A local operation (bind, local invalidate) was executed, without a packet; its
+    /// [`WqeTx`] is in `started`, with its error if it failed.
+    Local,
     /// Nothing to send now.
     Idle,
 }
@@ -200,7 +209,7 @@ impl Requester {
         if self.rnr_wait {
             return false;
         }
-        let (i, k) = self.cursor;
+        let (i, k) = self.next_cursor();
         if i < self.started.len() {
             return self.window_allows(self.started[i].first_psn.wrapping_add(k));
         }
@@ -208,6 +217,19 @@ impl Requester {
             return false;
         };
         self.window_allows(self.next_psn) && self.may_start(state, wqe, max_rd_atomic)
+    }
+
+    /// The cursor past the local operations that have run (a go-back-N that rewinds
+    /// before one does not run it again).
+    fn next_cursor(&self) -> (usize, u32) {
+        let (mut i, k) = self.cursor;
+        if i < self.started.len() && self.started[i].kind == Kind::Local {
+            while i < self.started.len() && self.started[i].kind == Kind::Local {
+                i += 1;
+            }
+            return (i, 0);
+        }
+        (i, k)
     }
 
     /// False when `psn` is a new PSN (never sent) at least [`MAX_UNACKED_PSNS`] past the
@@ -243,6 +265,7 @@ impl Requester {
         if self.rnr_wait {
             return ReqOut::Idle;
         }
+        self.cursor = self.next_cursor();
         let (i, k) = self.cursor;
         if i == self.started.len() {
             let Some(wqe) = sq.get(i) else {
@@ -254,6 +277,23 @@ impl Requester {
                 return ReqOut::Idle;
             }
             let kind = Kind::of(&wqe.wr.op);
+            if kind == Kind::Local {
+                // IBTA §10.6.7: a bind or local invalidate takes effect in send-queue
+                // order, when the requester reaches it.
+                let error =
+                    crate::mw::execute_local(ctx.dev, ctx.pd, ctx.qpn, ctx.qp_type, &wqe.wr.op)
+                        .err();
+                self.started.push_back(WqeTx {
+                    first_psn: self.next_psn,
+                    npkts: 0,
+                    len: 0,
+                    kind,
+                    done_pkts: 0,
+                    error,
+                });
+                self.cursor = (i + 1, 0);
+                return ReqOut::Local;
+            }
             let len = wqe.wr.total_len() as u32;
             let npkts = match kind {
                 Kind::Atomic => 1,

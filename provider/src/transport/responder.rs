@@ -54,6 +54,10 @@ pub enum RespError {
     /// (`max_dest_rd_atomic`, IBTA §9.4.4 and §9.7.5.1.5): as many earlier ones are still
     /// being answered, or none were granted. Never executed.
     TooManyRdAtomic,
+    /// The R_Key of a SEND with Invalidate's IETH names no bound type 2 memory window of
+    /// this QP (IBTA §9.4.1.1, §10.6.7.2; see [`crate::mw`]): NAKed Invalid Request, the
+    /// receive completes with `IBV_WC_REM_INV_REQ_ERR` (as rxe's).
+    Invalidate(crate::mw::InvalidateError),
 }
 
 impl RespError {
@@ -65,7 +69,8 @@ impl RespError {
             | RespError::BadLength
             | RespError::MisalignedAtomic
             | RespError::RecvTooLong
-            | RespError::TooManyRdAtomic => NakCode::InvalidRequest,
+            | RespError::TooManyRdAtomic
+            | RespError::Invalidate(_) => NakCode::InvalidRequest,
             RespError::RemoteAccess(_) => NakCode::RemoteAccessError,
             RespError::RecvProtection => NakCode::RemoteOperationalError,
         }
@@ -77,6 +82,7 @@ impl RespError {
         match self {
             RespError::RecvTooLong | RespError::BadLength => Some(WcStatus::LocLenErr),
             RespError::RecvProtection => Some(WcStatus::LocProtErr),
+            RespError::Invalidate(_) => Some(WcStatus::RemInvReqErr),
             _ => None,
         }
     }
@@ -90,7 +96,8 @@ impl RespError {
             | RespError::BadLength
             | RespError::MisalignedAtomic
             | RespError::RecvTooLong
-            | RespError::TooManyRdAtomic => AsyncEvent::QpReqErr { qpn },
+            | RespError::TooManyRdAtomic
+            | RespError::Invalidate(_) => AsyncEvent::QpReqErr { qpn },
             RespError::RemoteAccess(_) => AsyncEvent::QpAccessErr { qpn },
             RespError::RecvProtection => AsyncEvent::QpFatal { qpn },
         }
@@ -483,12 +490,21 @@ impl Responder {
                     }
                 }
                 if info.ends_message() {
+                    if let Some(ieth) = repr.ieth {
+                        // IBTA §9.4.1.1, §10.6.7.2: the IETH's R_Key is invalidated once the
+                        // message is placed, before it completes.
+                        let r = ctx
+                            .dev
+                            .with_mrs_mut(|t| t.mws.invalidate(ctx.pd, Some(ctx.qpn), ieth.r_key));
+                        if let Err(e) = r {
+                            return self.fail(psn, RespError::Invalidate(e), actions);
+                        }
+                    }
                     let RecvState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
                         unreachable!()
                     };
                     let mut wc = send_completion(ctx, &wqe, offset, repr);
                     if let Some(ieth) = repr.ieth {
-                        // Memory windows come later: the R_Key is reported, not invalidated.
                         wc.wc_flags |= WcFlags::WITH_INV;
                         wc.imm_data = ieth.r_key;
                     }
@@ -572,7 +588,14 @@ impl Responder {
                     return self.fail(psn, RespError::MisalignedAtomic, actions);
                 }
                 let mr = match ctx.dev.with_mrs(|t| {
-                    t.check_remote(ctx.pd, a.r_key, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+                    t.check_remote(
+                        ctx.pd,
+                        ctx.qpn,
+                        a.r_key,
+                        a.va,
+                        8,
+                        AccessFlags::REMOTE_ATOMIC,
+                    )
                 }) {
                     Ok(Some(mr)) => mr,
                     Ok(None) => return,

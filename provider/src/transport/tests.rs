@@ -22,6 +22,8 @@ use uroce_wire::{
     AethSyndrome, IcrcIpFacts, Mtu, NakCode, Opcode, Psn, RocePacket, RoceRepr, ROCEV2_PORT,
 };
 
+mod mw;
+
 const ALL: u32 = AccessFlags::LOCAL_WRITE.bits()
     | AccessFlags::REMOTE_WRITE.bits()
     | AccessFlags::REMOTE_READ.bits()
@@ -502,10 +504,31 @@ fn send_with_imm_and_invalidate_and_solicited() {
         vec![p.a.sge(0, 10)],
         SendFlags::SIGNALED,
     );
+    // The key a SEND with Invalidate names must be a bound type 2 window of b's QP.
+    let mr = MemoryRegion::alloc(&p.b._pd, 64, ALL | AccessFlags::MW_BIND.bits()).unwrap();
+    let mw = crate::mw::MemoryWindow::alloc(&p.b._pd, crate::mw::MwType::Type2).unwrap();
+    let bind = crate::mw::MwBind {
+        lkey: mr.lkey(),
+        addr: mr.addr(),
+        length: 64,
+        access: AccessFlags::REMOTE_READ.bits(),
+    };
+    let rkey = (mw.rkey() & !0xff) | 0x34;
+    p.b.post(
+        9,
+        SendOp::BindMw {
+            mw: mw.id(),
+            rkey,
+            bind,
+        },
+        vec![],
+        SendFlags::empty(),
+    );
+    p.settle();
     p.a.post(
         2,
         SendOp::SendWithInv {
-            invalidate_rkey: 0x1234,
+            invalidate_rkey: rkey,
         },
         vec![p.a.sge(0, 10)],
         SendFlags::SIGNALED | SendFlags::SOLICITED,
@@ -524,7 +547,8 @@ fn send_with_imm_and_invalidate_and_solicited() {
     let r = Side::wcs(&p.b.rcq);
     assert_eq!(r[0].imm(), Some(0xdead_beef));
     assert_eq!(r[0].wc_flags, WcFlags::WITH_IMM);
-    assert_eq!(r[1].invalidated_rkey(), Some(0x1234));
+    assert_eq!(r[1].invalidated_rkey(), Some(rkey));
+    assert!(!mw.is_bound());
     // The solicited receive disarmed the CQ (it fired).
     assert_eq!(p.b.rcq.arm(), crate::cq::Arm::Off);
 }

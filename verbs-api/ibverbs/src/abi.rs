@@ -45,16 +45,23 @@ pub type PostSendFn =
 pub type PostRecvFn =
     unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 
+/// `alloc_mw`.
+pub type AllocMwFn = unsafe extern "C" fn(*mut ibv_pd, u32) -> *mut ibv_mw;
+/// `bind_mw`.
+pub type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+/// `dealloc_mw`.
+pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
+
 /// `struct ibv_context_ops` (32 function pointers). `verbs.h`'s inline `ibv_poll_cq`,
-/// `ibv_req_notify_cq`, `ibv_post_srq_recv`, `ibv_post_send` and `ibv_post_recv` call
-/// through these slots; the others are the library's own (`_compat_*`) or memory windows,
-/// NULL here (the inline `ibv_alloc_mw` then fails with `EOPNOTSUPP`).
+/// `ibv_req_notify_cq`, `ibv_post_srq_recv`, `ibv_post_send`, `ibv_post_recv`,
+/// `ibv_alloc_mw`, `ibv_bind_mw` and `ibv_dealloc_mw` call through these slots; the others
+/// are the library's own (`_compat_*`), NULL here.
 #[repr(C)]
 pub struct ibv_context_ops {
     pub _compat_head: [usize; 7],
-    pub alloc_mw: usize,
-    pub bind_mw: usize,
-    pub dealloc_mw: usize,
+    pub alloc_mw: Option<AllocMwFn>,
+    pub bind_mw: Option<BindMwFn>,
+    pub dealloc_mw: Option<DeallocMwFn>,
     pub _compat_create_cq: usize,
     pub poll_cq: Option<PollCqFn>,
     pub req_notify_cq: Option<ReqNotifyFn>,
@@ -420,8 +427,46 @@ pub struct ibv_send_wr {
     pub wr: ibv_send_wr_wr,
     /// `qp_type.xrc.remote_srqn` (XRC; unused by uroce).
     pub qp_type: u32,
-    /// The `bind_mw` / `tso` union (48 bytes; unused by uroce).
-    pub bind_mw_tso: [u64; 6],
+    /// The `bind_mw` member of the `bind_mw` / `tso` union (48 bytes; TSO is unused).
+    pub bind_mw: ibv_wr_bind_mw,
+}
+
+/// `struct ibv_mw` (32 bytes).
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    /// `enum ibv_mw_type`: 1 or 2.
+    pub type_: u32,
+}
+
+/// `struct ibv_mw_bind_info` (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+/// `struct ibv_mw_bind` (48 bytes), the argument of `ibv_bind_mw`.
+#[repr(C)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+/// `bind_mw` of `struct ibv_send_wr` (48 bytes): the window, its new R_Key, the bind.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
 }
 
 /// `struct ibv_recv_wr` (32 bytes).
@@ -626,6 +671,20 @@ pub fn layout_table() -> Vec<(&'static str, usize)> {
         o!(ibv_send_wr, imm_data),
         o!(ibv_send_wr, wr),
         o!(ibv_send_wr, qp_type),
+        o!(ibv_send_wr, bind_mw),
+        o!(ibv_send_wr, bind_mw.rkey),
+        o!(ibv_send_wr, bind_mw.bind_info),
+        s!(ibv_mw),
+        o!(ibv_mw, pd),
+        o!(ibv_mw, rkey),
+        o!(ibv_mw, handle),
+        s!(ibv_mw_bind_info),
+        o!(ibv_mw_bind_info, addr),
+        o!(ibv_mw_bind_info, length),
+        o!(ibv_mw_bind_info, mw_access_flags),
+        s!(ibv_mw_bind),
+        o!(ibv_mw_bind, send_flags),
+        o!(ibv_mw_bind, bind_info),
         s!(ibv_recv_wr),
         o!(ibv_recv_wr, next),
         o!(ibv_recv_wr, sg_list),
@@ -651,6 +710,10 @@ const _: () = {
     assert!(size_of::<ibv_device>() == 664);
     assert!(offset_of!(ibv_device, name) == 24);
     assert!(size_of::<ibv_context_ops>() == 256);
+    // `type` (a Rust keyword, so not in the table): after rkey and handle.
+    assert!(size_of::<ibv_mw>() == 32);
+    assert!(offset_of!(ibv_mw, type_) == 24);
+    assert!(size_of::<ibv_wr_bind_mw>() == 48);
     assert!(size_of::<ibv_context>() == 328);
     assert!(offset_of!(ibv_context, ops) == 8);
     // The slots verbs.h's inline functions call, from the start of the context.

@@ -198,7 +198,7 @@ pub fn node_guid(gid: &Gid) -> u64 {
 }
 
 /// `ibv_device_attr` of a device (`ibv_query_device(3)`): the limits of
-/// [`DeviceLimits`], one port, one P_Key, no memory windows, no multicast.
+/// [`DeviceLimits`], one port, one P_Key, memory windows of types 1 and 2B, no multicast.
 pub fn device_attr(l: &DeviceLimits, guid: u64) -> ibv_device_attr {
     let mut fw_ver = [0 as core::ffi::c_char; 64];
     let v = concat!("uroce ", env!("CARGO_PKG_VERSION")).as_bytes();
@@ -206,8 +206,9 @@ pub fn device_attr(l: &DeviceLimits, guid: u64) -> ibv_device_attr {
         *d = *s as core::ffi::c_char;
     }
     // IBV_DEVICE_PORT_ACTIVE_EVENT (1 << 10), IBV_DEVICE_RC_RNR_NAK_GEN (1 << 12),
-    // IBV_DEVICE_SRQ_RESIZE (1 << 13): what uroce does.
-    let device_cap_flags = (1 << 10) | (1 << 12) | (1 << 13);
+    // IBV_DEVICE_SRQ_RESIZE (1 << 13), IBV_DEVICE_MEM_WINDOW (1 << 17),
+    // IBV_DEVICE_MEM_WINDOW_TYPE_2B (1 << 24): what uroce does.
+    let device_cap_flags = (1 << 10) | (1 << 12) | (1 << 13) | (1 << 17) | (1 << 24);
     ibv_device_attr {
         fw_ver,
         node_guid: guid,
@@ -234,7 +235,7 @@ pub fn device_attr(l: &DeviceLimits, guid: u64) -> ibv_device_attr {
         atomic_cap: l.atomic_cap as u32,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: int(l.max_mw),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use uroce_verbs::{
-    AsyncEvent, CompChannel, Context, Cq, Device, Mr, Pd, Qp, QpInitAttr, QpType, RecvWr,
-    SendFlags, SendOp, SendWr, Sge, Srq, SrqAttr, SrqAttrMask, WorkCompletion,
+    AsyncEvent, CompChannel, Context, Cq, Device, Mr, Mw, MwBindInfo, MwType, Pd, Qp, QpInitAttr,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Srq, SrqAttr, SrqAttrMask, WorkCompletion,
 };
 
 const EINVAL: Errno = Errno(libc::EINVAL);
@@ -75,6 +75,15 @@ pub struct UMr {
 impl Kind for UMr {
     type C = ibv_mr;
     const TAG: u64 = 0x7572_6f63_656d_7220;
+}
+
+/// A memory window.
+pub struct UMw {
+    mw: Mw,
+}
+impl Kind for UMw {
+    type C = ibv_mw;
+    const TAG: u64 = 0x7572_6f63_656d_7720;
 }
 
 /// The CQs of a completion channel, to turn the CQ of an event back into its pointer.
@@ -355,9 +364,9 @@ pub(crate) fn context_to_c(
         device,
         ops: ibv_context_ops {
             _compat_head: [0; 7],
-            alloc_mw: 0,
-            bind_mw: 0,
-            dealloc_mw: 0,
+            alloc_mw: Some(uroce_alloc_mw),
+            bind_mw: Some(uroce_bind_mw),
+            dealloc_mw: Some(uroce_dealloc_mw),
             _compat_create_cq: 0,
             poll_cq: Some(uroce_poll_cq),
             req_notify_cq: Some(uroce_req_notify_cq),
@@ -697,14 +706,14 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     })
 }
 
-/// The access bits uroce knows (`IBV_ACCESS_LOCAL_WRITE` .. `REMOTE_ATOMIC`); the
+/// The access bits uroce knows (`IBV_ACCESS_LOCAL_WRITE` .. `MW_BIND`); the
 /// optional ones (`IBV_ACCESS_OPTIONAL_RANGE`, bits 20..29, e.g. relaxed ordering) are
 /// dropped, as libibverbs drops optional flags a device does not support.
 const ACCESS_OPTIONAL_RANGE: c_int = 0x3ff0_0000;
 
 /// `ibv_reg_mr(3)`: registers the program's own memory (no copy: peers' WRITEs and READs
 /// go to and from `addr` directly). `EINVAL` for REMOTE_WRITE or REMOTE_ATOMIC without
-/// LOCAL_WRITE, unknown flags (memory windows, zero-based, on-demand paging), or NULL with
+/// LOCAL_WRITE, unknown flags (zero-based, on-demand paging), or NULL with
 /// a length.
 ///
 /// # Safety
@@ -782,18 +791,109 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 }
 
 /// `ibv_dereg_mr(3)`: the keys stop working at once; the memory is the program's again.
+/// `EBUSY`, changing nothing, while memory windows are bound to the region
+/// (`ibv_alloc_mw(3)`).
 ///
 /// # Safety
 ///
-/// `mr` as from `ibv_reg_mr`; not used again.
+/// `mr` as from `ibv_reg_mr`; not used again after success.
 // Exported as `ibv_dereg_mr@@IBVERBS_1.1` by compat.rs.
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
         let m = unsafe { Obj::<UMr>::from_c(mr) }?;
-        m.k.mr.provider().deregister();
+        m.k.mr.provider().try_deregister()?;
         // SAFETY: checked, and C gives it up.
         unsafe { Obj::<UMr>::free(mr) };
+        Ok(0)
+    })
+}
+
+// ---- memory windows (the `alloc_mw`, `bind_mw`, `dealloc_mw` slots of the context's ops,
+// called by verbs.h's inline ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw) --------------------
+
+/// `ibv_alloc_mw(3)`: a window of `type_` (1 or 2, else `EINVAL`) on `pd`, not bound; its
+/// `rkey` is the R_Key with key byte 0.
+///
+/// # Safety
+///
+/// `pd` as from `ibv_alloc_pd`.
+unsafe extern "C" fn uroce_alloc_mw(pd: *mut ibv_pd, type_: u32) -> *mut ibv_mw {
+    ffi!(null, {
+        // SAFETY: per the contract.
+        let p = unsafe { Obj::<UPd>::from_c(pd) }?;
+        let ty = MwType::try_from(type_)?;
+        let mw = p.k.pd.alloc_mw(ty)?;
+        // SAFETY: `pd` is a checked PD.
+        let context = unsafe { (*p.c()).context };
+        let cmw = ibv_mw {
+            context,
+            pd,
+            rkey: mw.rkey(),
+            handle: 0,
+            type_,
+        };
+        Ok(Obj::into_c(cmw, UMw { mw }))
+    })
+}
+
+/// `ibv_dealloc_mw(3)`: a bound window is unbound first; its R_Key is refused from now on.
+///
+/// # Safety
+///
+/// `mw` as from `ibv_alloc_mw`; not used again.
+unsafe extern "C" fn uroce_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    ffi!(errno_value, {
+        // SAFETY: per the contract.
+        let w = unsafe { Obj::<UMw>::from_c(mw) }?;
+        w.k.mw.clone().dealloc();
+        // SAFETY: checked, and C gives it up.
+        unsafe { Obj::<UMw>::free(mw) };
+        Ok(0)
+    })
+}
+
+/// The Rust API's view of a C `struct ibv_mw_bind_info` (`EINVAL` for an MR not ours).
+///
+/// # Safety
+///
+/// `info.mr` is NULL or as from `ibv_reg_mr`.
+unsafe fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo<'_>, Errno> {
+    // SAFETY: per the contract.
+    let mr = unsafe { Obj::<UMr>::from_c_opt(info.mr) }?;
+    Ok(MwBindInfo {
+        mr: mr.map(|m| &m.k.mr),
+        addr: info.addr,
+        length: info.length,
+        mw_access_flags: info.mw_access_flags,
+    })
+}
+
+/// `ibv_bind_mw(3)` (type 1; verbs.h has checked the type and the PDs): posts the bind WR
+/// on `qp` and writes the window's new R_Key (key byte incremented) into `mw->rkey`, as
+/// rdma-core's providers do; the bind completes with `IBV_WC_BIND_MW`. `EINVAL` for a QP
+/// that is not RC or UC, or any other refusal of the post.
+///
+/// # Safety
+///
+/// `qp`, `mw` and `mw_bind` (and its `bind_info.mr`) as from this library; `mw_bind`
+/// readable.
+unsafe extern "C" fn uroce_bind_mw(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    mw_bind: *mut ibv_mw_bind,
+) -> c_int {
+    ffi!(errno_value, {
+        // SAFETY: per the contract.
+        let (q, w) = unsafe { (Obj::<UQp>::from_c(qp)?, Obj::<UMw>::from_c(mw)?) };
+        // SAFETY: per the contract.
+        let b = unsafe { mw_bind.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: per the contract.
+        let info = unsafe { bind_info(&b.bind_info) }?;
+        let flags = SendFlags::from_bits_truncate(b.send_flags);
+        let rkey = q.k.qp.bind_mw(&w.k.mw, b.wr_id, flags, &info)?;
+        // SAFETY: `mw` is a checked window; C reads the new key from it.
+        unsafe { (*w.c()).rkey = rkey };
         Ok(0)
     })
 }
@@ -1421,7 +1521,8 @@ unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Result<
 }
 
 /// A C send WR as the Rust API's (`ibv_post_send(3)`); `EINVAL` for an opcode uroce does
-/// not have (LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE) or a UD WR whose AH is not ours.
+/// not have (TSO, DRIVER1, FLUSH, ATOMIC_WRITE), a UD WR whose AH is not ours, or a
+/// BIND_MW whose window or MR is not ours.
 ///
 /// # Safety
 ///
@@ -1458,6 +1559,20 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
             rkey: atomic.rkey,
             add: atomic.compare_add,
         },
+        // `invalidate_rkey` (host order) shares the union with `imm_data`.
+        7 => SendOp::LocalInv {
+            invalidate_rkey: w.imm_data,
+        },
+        8 => {
+            // SAFETY: per the contract (the window and its bind's MR are ours).
+            let mw = unsafe { Obj::<UMw>::from_c(w.bind_mw.mw) }?;
+            // SAFETY: as above.
+            let info = unsafe { bind_info(&w.bind_mw.bind_info) }?;
+            return Ok(SendWr {
+                flags: SendFlags::from_bits_truncate(w.send_flags),
+                ..mw.k.mw.bind_wr(w.wr_id, w.bind_mw.rkey, &info)
+            });
+        }
         9 => SendOp::SendWithInv {
             invalidate_rkey: w.imm_data,
         },

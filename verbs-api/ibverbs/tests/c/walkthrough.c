@@ -11,6 +11,11 @@
  *   - the SRQ limit armed, and its asynchronous event through the context's async_fd;
  *   - the received bytes in the receiver's own registered buffer (zero copy), the
  *     immediate data in network order, an RDMA READ back;
+ *   - memory windows (rdma-core's pyverbs MWTest): a type 1 window bound by ibv_bind_mw
+ *     and written through its R_Key, the region refused deregistration while bound
+ *     (EBUSY), a type 2 window bound by an IBV_WR_BIND_MW WR and invalidated by the peer's
+ *     SEND_WITH_INV (IBV_WC_WITH_INV and the R_Key in the receive WC), after which its key
+ *     is a remote access error; a window of type 3 refused;
  *   - SGE lists over the QP's limit, destroying objects still in use (EBUSY).
  *
  * Prints "walkthrough: ok" and exits 0, or names the failed check and exits 1.
@@ -267,7 +272,7 @@ int main(void)
 		CHECK(ibv_post_send(a.qp, &wr, &bad) == EINVAL && bad == &wr, "2 SGEs posted");
 	}
 
-	/* SEND, SEND_WITH_IMM, RDMA WRITE, then an opcode uroce has not (BIND_MW). */
+	/* SEND, SEND_WITH_IMM, RDMA WRITE, then an opcode uroce has not (TSO). */
 	strcpy(a.buf, "hello");
 	strcpy(a.buf + 64, "with immediate");
 	strcpy(a.buf + 128, "written straight into b's buffer");
@@ -275,7 +280,7 @@ int main(void)
 	struct ibv_sge s1 = { (uintptr_t)a.buf + 64, 14, a.mr->lkey };
 	struct ibv_sge s2 = { (uintptr_t)a.buf + 128, 33, a.mr->lkey };
 	struct ibv_send_wr w3 = { .wr_id = 4, .sg_list = &s0, .num_sge = 1,
-				  .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED };
+				  .opcode = IBV_WR_TSO, .send_flags = IBV_SEND_SIGNALED };
 	struct ibv_send_wr w2 = { .wr_id = 3, .next = &w3, .sg_list = &s2, .num_sge = 1,
 				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
 	struct ibv_send_wr w1 = { .wr_id = 2, .next = &w2, .sg_list = &s1, .num_sge = 1,
@@ -288,7 +293,7 @@ int main(void)
 	w2.wr.rdma.remote_addr = (uintptr_t)b.buf + WRITE_AT;
 	w2.wr.rdma.rkey = b.mr->rkey;
 	CHECK(ibv_post_send(a.qp, &w0, &bad) == EINVAL && bad == &w3,
-	      "bad_wr is not the BIND_MW WR");
+	      "bad_wr is not the TSO WR");
 
 	/* The receiver: two receive completions through its channel's event loop. */
 	wait_events(&b, wc, 2);
@@ -347,6 +352,95 @@ int main(void)
 			      wc[0].byte_len == 33,
 		      "READ: %s", ibv_wc_status_str(wc[0].status));
 		CHECK(!strcmp(a.buf + 1024, "written straight into b's buffer"), "READ's bytes");
+	}
+
+	/* Memory windows, over a second region of b's buffer that allows binding. */
+	{
+		struct ibv_mr *wmr = ibv_reg_mr(b.pd, b.buf + 40960, 4096,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+		struct ibv_mw *mw1 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_1);
+		struct ibv_mw *mw2 = ibv_alloc_mw(b.pd, IBV_MW_TYPE_2);
+		struct ibv_mw_bind mb = { .wr_id = 20, .send_flags = IBV_SEND_SIGNALED };
+		struct ibv_sge sge = { (uintptr_t)a.buf + 2048, 16, a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 21, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad2;
+		uint32_t old, rkey2;
+
+		CHECK(wmr, "ibv_reg_mr with IBV_ACCESS_MW_BIND");
+		CHECK(mw1 && mw1->type == IBV_MW_TYPE_1 && mw1->pd == b.pd, "ibv_alloc_mw type 1");
+		CHECK(mw2 && mw2->type == IBV_MW_TYPE_2, "ibv_alloc_mw type 2");
+		errno = 0;
+		CHECK(!ibv_alloc_mw(b.pd, 3) && errno == EINVAL, "a window of type 3");
+		/* Type 1: ibv_bind_mw; the new key is in mw1->rkey at once. */
+		old = mw1->rkey;
+		mb.bind_info.mr = wmr;
+		mb.bind_info.addr = (uintptr_t)b.buf + 40960;
+		mb.bind_info.length = 1024;
+		mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+		CHECK(ibv_bind_mw(b.qp, mw1, &mb) == 0, "ibv_bind_mw");
+		CHECK(mw1->rkey == ibv_inc_rkey(old), "rkey %#x after the bind", mw1->rkey);
+		poll_n(b.cq, wc, 1);
+		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW &&
+			      wc[0].wr_id == 20,
+		      "bind: %s, opcode %d", ibv_wc_status_str(wc[0].status), wc[0].opcode);
+		CHECK(ibv_dereg_mr(wmr) == EBUSY, "a region with a bound window deregistered");
+		strcpy(a.buf + 2048, "through window 1");
+		wr.wr.rdma.remote_addr = (uintptr_t)b.buf + 40960 + 100;
+		wr.wr.rdma.rkey = mw1->rkey;
+		CHECK(ibv_post_send(a.qp, &wr, &bad2) == 0, "WRITE through window 1");
+		poll_n(a.cq, wc, 1);
+		CHECK(wc[0].status == IBV_WC_SUCCESS, "WRITE through window 1: %s",
+		      ibv_wc_status_str(wc[0].status));
+		CHECK(!memcmp(b.buf + 40960 + 100, "through window 1", 16), "the window's bytes");
+
+		/* Type 2: a bind WR with the consumer's key byte. */
+		{
+			struct ibv_send_wr bw = { .wr_id = 22, .opcode = IBV_WR_BIND_MW,
+						  .send_flags = IBV_SEND_SIGNALED }, *bad3;
+
+			rkey2 = ibv_inc_rkey(mw2->rkey);
+			bw.bind_mw.mw = mw2;
+			bw.bind_mw.rkey = rkey2;
+			bw.bind_mw.bind_info = mb.bind_info;
+			bw.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE |
+							       IBV_ACCESS_REMOTE_READ;
+			CHECK(ibv_post_send(b.qp, &bw, &bad3) == 0, "IBV_WR_BIND_MW");
+			poll_n(b.cq, wc, 1);
+			CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW &&
+				      wc[0].wr_id == 22,
+			      "type 2 bind: %s", ibv_wc_status_str(wc[0].status));
+		}
+		/* The peer invalidates it with SEND_WITH_INV (b receives from its SRQ). */
+		{
+			struct ibv_send_wr iw = { .wr_id = 23, .sg_list = &sge, .num_sge = 1,
+						  .opcode = IBV_WR_SEND_WITH_INV,
+						  .send_flags = IBV_SEND_SIGNALED,
+						  .invalidate_rkey = rkey2 }, *bad3;
+
+			CHECK(ibv_post_send(a.qp, &iw, &bad3) == 0, "SEND_WITH_INV");
+			poll_n(a.cq, wc, 1);
+			CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_SEND,
+			      "SEND_WITH_INV: %s", ibv_wc_status_str(wc[0].status));
+			poll_n(b.cq, wc, 1);
+			CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV &&
+				      (wc[0].wc_flags & IBV_WC_WITH_INV) &&
+				      wc[0].invalidated_rkey == rkey2,
+			      "receive of SEND_WITH_INV: %s, flags %#x, rkey %#x",
+			      ibv_wc_status_str(wc[0].status), wc[0].wc_flags,
+			      wc[0].invalidated_rkey);
+			post_srq(&b, 2);
+		}
+		/* Deallocated, window 1 lets the region go. */
+		CHECK(ibv_dealloc_mw(mw1) == 0, "ibv_dealloc_mw of a bound type 1 window");
+		CHECK(ibv_dereg_mr(wmr) == 0, "ibv_dereg_mr once no window is bound");
+		/* The invalidated key: a remote access error (the QPs go to ERR: last). */
+		wr.wr.rdma.rkey = rkey2;
+		CHECK(ibv_post_send(a.qp, &wr, &bad2) == 0, "WRITE through the invalidated key");
+		poll_n(a.cq, wc, 1);
+		CHECK(wc[0].status == IBV_WC_REM_ACCESS_ERR, "WRITE with an invalidated key: %s",
+		      ibv_wc_status_str(wc[0].status));
+		CHECK(ibv_dealloc_mw(mw2) == 0, "ibv_dealloc_mw type 2");
 	}
 
 	/* Objects still in use cannot be destroyed. */
