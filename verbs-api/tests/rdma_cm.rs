@@ -197,13 +197,18 @@ fn a_rejected_request_reports_reason_28_and_the_private_data() {
     listen.listen(8).unwrap();
     let cch = EventChannel::new().unwrap();
     let cid = resolved(&cch, 7472);
-    let _c = make_qp(&cid, QpType::Rc);
+    let c = make_qp(&cid, QpType::Rc);
     cid.connect(None).unwrap();
     let req = next(&sch, CmEventKind::ConnectRequest);
     req.id.reject(b"go away").unwrap();
     let rej = next(&cch, CmEventKind::Rejected);
     assert_eq!(rej.status, 28, "consumer defined (IBTA table 109)");
     assert_eq!(&rej.param.private_data[..7], b"go away");
+    assert_eq!(
+        c.qp.state(),
+        QpState::Err,
+        "as librdmacm: a rejected id's QP is in ERR"
+    );
 }
 
 #[test]

@@ -1400,6 +1400,10 @@ pub(crate) fn on_cm_event(a: &Agent, st: &mut AgentState, ev: Ev) {
                 return;
             }
             s.state = State::Failed;
+            // As librdmacm on a REJECTED event: the id's QP moves to ERR.
+            if let Some(qp) = &s.qp {
+                to_err(qp);
+            }
             drop(s);
             let param = ConnParam {
                 private_data,
