@@ -73,6 +73,48 @@ impl AsyncEvent {
     }
 }
 
+/// libibverbs' event name and the object in hex, as the rest of uroce prints numbers:
+/// "local work queue catastrophic error (IBV_EVENT_QP_FATAL) on QP 0x00012a".
+impl fmt::Display for AsyncEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (what, name) = match self {
+            AsyncEvent::CqErr { .. } => ("CQ error", "IBV_EVENT_CQ_ERR"),
+            AsyncEvent::QpFatal { .. } => {
+                ("local work queue catastrophic error", "IBV_EVENT_QP_FATAL")
+            }
+            AsyncEvent::QpReqErr { .. } => (
+                "invalid request local work queue error",
+                "IBV_EVENT_QP_REQ_ERR",
+            ),
+            AsyncEvent::QpAccessErr { .. } => (
+                "local access violation work queue error",
+                "IBV_EVENT_QP_ACCESS_ERR",
+            ),
+            AsyncEvent::CommEst { .. } => ("communication established", "IBV_EVENT_COMM_EST"),
+            AsyncEvent::SqDrained { .. } => ("send queue drained", "IBV_EVENT_SQ_DRAINED"),
+            AsyncEvent::PortActive { .. } => ("port active", "IBV_EVENT_PORT_ACTIVE"),
+            AsyncEvent::SrqLimitReached { .. } => {
+                ("SRQ limit reached", "IBV_EVENT_SRQ_LIMIT_REACHED")
+            }
+            AsyncEvent::QpLastWqeReached { .. } => {
+                ("last WQE reached", "IBV_EVENT_QP_LAST_WQE_REACHED")
+            }
+        };
+        write!(f, "{what} ({name}) on ")?;
+        match *self {
+            AsyncEvent::CqErr { cq } => write!(f, "CQ {cq:#x}"),
+            AsyncEvent::SrqLimitReached { srq } => write!(f, "SRQ {srq:#x}"),
+            AsyncEvent::PortActive { port } => write!(f, "port {port}"),
+            AsyncEvent::QpFatal { qpn }
+            | AsyncEvent::QpReqErr { qpn }
+            | AsyncEvent::QpAccessErr { qpn }
+            | AsyncEvent::CommEst { qpn }
+            | AsyncEvent::SqDrained { qpn }
+            | AsyncEvent::QpLastWqeReached { qpn } => write!(f, "QP {qpn:#08x}"),
+        }
+    }
+}
+
 /// Something that wants to know when an event is queued (the verbs layer wakes a file
 /// descriptor with it).
 pub trait EventSink: Send + Sync {
@@ -127,5 +169,22 @@ impl EventQueue {
         if !self.is_empty() {
             sink.notify();
         }
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::AsyncEvent;
+
+    #[test]
+    fn events_print_libibverbs_names_and_hex_numbers() {
+        assert_eq!(
+            AsyncEvent::QpFatal { qpn: 0x12a }.to_string(),
+            "local work queue catastrophic error (IBV_EVENT_QP_FATAL) on QP 0x00012a"
+        );
+        assert_eq!(
+            AsyncEvent::SrqLimitReached { srq: 31 }.to_string(),
+            "SRQ limit reached (IBV_EVENT_SRQ_LIMIT_REACHED) on SRQ 0x1f"
+        );
     }
 }

@@ -12,7 +12,9 @@
 //! One RC SEND between two devices, every step a libibverbs program takes. The devices
 //! are on the simulated fabric here, so this runs anywhere and without sockets; with
 //! `devs[0].open()` instead of `open_on(&sim, ..)` the same code runs over real UDP
-//! (`verbs-api/examples/` has that, with the TCP exchange of two processes).
+//! (`verbs-api/examples/rdma_ops.rs` is two processes exchanging GID, QPN, PSN and a
+//! region's address and R_Key over TCP, then WRITE, READ, atomics and SEND with
+//! immediate; `rc_send_recv.rs` writes every QP transition out).
 //!
 //! ```
 //! use uroce_verbs::*;

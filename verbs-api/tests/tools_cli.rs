@@ -612,6 +612,42 @@ fn loopback_commands_stat_and_examples() {
         let o = wait(child, name);
         assert_ok(&o, name);
     }
+    // The two-process example: the server's first line says it listens for the client.
+    let exe = examples.join("rdma_ops");
+    assert!(
+        exe.exists(),
+        "example rdma_ops not built at {}",
+        exe.display()
+    );
+    let mut server = Command::new(&exe)
+        .args(["server", "127.22.70.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 1];
+    let mut line = Vec::new();
+    let out = server.stdout.as_mut().unwrap();
+    while out.read(&mut first).unwrap_or(0) == 1 && first[0] != b'\n' {
+        line.push(first[0]);
+    }
+    assert!(
+        String::from_utf8_lossy(&line).contains("waiting for the client"),
+        "server said {:?}",
+        String::from_utf8_lossy(&line)
+    );
+    let client = Command::new(&exe)
+        .args(["client", "127.22.70.1", "127.22.70.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = wait(client, "rdma_ops client");
+    assert_ok(&c, "rdma_ops client");
+    assert!(String::from_utf8_lossy(&c.stdout).contains("all completed"));
+    let s = wait(server, "rdma_ops server");
+    assert_ok(&s, "rdma_ops server");
+    assert!(String::from_utf8_lossy(&s.stdout).contains("counter at 7"));
 }
 
 /// The pingpong exchange byte for byte as rdma-core's: the rxe lab's stand-in for an
@@ -1007,4 +1043,40 @@ fn udaddy_two_processes_resolve_ud_qps_by_sidr_and_exchange_datagrams() {
         sout.contains("receiving data transfers\nsending replies\ndata transfers complete"),
         "{sout}"
     );
+}
+
+/// `uroce doctor` says, one line each, what is right and wrong: a missing address and a
+/// taken port 4791 (naming the process that holds it) fail, with exit status 1.
+#[test]
+fn doctor_names_a_missing_address_and_who_holds_port_4791() {
+    let held = std::net::UdpSocket::bind("127.22.71.2:4791").unwrap();
+    let o = uroce()
+        .arg("doctor")
+        .env(
+            "UROCE_DEVICES",
+            "d0=127.22.71.1,d1=127.22.71.2,d2=10.254.254.254",
+        )
+        .env_remove("UROCE_CONFIG")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("ok   d0: UDP port 4791 on 127.22.71.1 is free"),
+        "{out}"
+    );
+    let me = format!("pid {}", std::process::id());
+    assert!(
+        out.lines().any(
+            |l| l.starts_with("FAIL d1: UDP port 4791 on 127.22.71.2 is taken by")
+                && l.contains(&me)
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("FAIL d2: no interface has 10.254.254.254"),
+        "{out}"
+    );
+    assert!(err.contains("2 check(s) failed"), "{err}");
+    drop(held);
 }

@@ -17,36 +17,17 @@ fn name_of(names: &[&'static CStr], i: c_int) -> *const c_char {
         .as_ptr()
 }
 
-/// `ibv_wc_status_str(3)`: a short English name of a completion status.
+/// `ibv_wc_status_str(3)`: a short English name of a completion status (the provider's
+/// [`uroce_verbs::WcStatus::as_cstr`], rdma-core 44's words).
 #[no_mangle]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
-    const NAMES: [&CStr; 24] = [
-        c"success",
-        c"local length error",
-        c"local QP operation error",
-        c"local EE context operation error",
-        c"local protection error",
-        c"Work Request Flushed Error",
-        c"memory window bind error",
-        c"bad response error",
-        c"local access error",
-        c"remote invalid request error",
-        c"remote access error",
-        c"remote operation error",
-        c"transport retry counter exceeded",
-        c"RNR retry counter exceeded",
-        c"local RDD violation error",
-        c"remote invalid RD request",
-        c"operation aborted",
-        c"invalid EE context number",
-        c"invalid EE context state",
-        c"fatal error",
-        c"response timeout error",
-        c"general error",
-        c"TM error",
-        c"TM software rendezvous",
-    ];
-    ffi!(|_| c"unknown".as_ptr(), Ok(name_of(&NAMES, status)))
+    let s = u32::try_from(status)
+        .ok()
+        .and_then(uroce_verbs::WcStatus::from_u32);
+    ffi!(
+        |_| c"unknown".as_ptr(),
+        Ok(s.map_or(c"unknown".as_ptr(), |s| s.as_cstr().as_ptr()))
+    )
 }
 
 /// `ibv_event_type_str(3)`.

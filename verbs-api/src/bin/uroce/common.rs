@@ -549,8 +549,8 @@ pub fn wc_error(wc: &WorkCompletion, what: &str) -> Fail {
         _ => "",
     };
     format!(
-        "{what}: completion with status {:?} ({}) for wr_id {} on QP 0x{:06x}{hint}",
-        wc.status, wc.status as u32, wc.wr_id, wc.qp_num
+        "{what}: completion with status {:?} ({}, {}) for wr_id {} on QP 0x{:06x}{hint}",
+        wc.status, wc.status as u32, wc.status, wc.wr_id, wc.qp_num
     )
 }
 

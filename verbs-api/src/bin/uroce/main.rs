@@ -10,6 +10,7 @@
 //! - `uroce udaddy`: librdmacm's `udaddy` (UD by SIDR), same flags and protocol.
 //! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
 //! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
+//! - `uroce doctor`: what a uroce program needs on this machine, one line per check.
 //!
 //! Traffic commands print one-line errors (`uroce: error: ...`) and exit with status 1;
 //! bad flags exit with status 2.
@@ -17,6 +18,7 @@
 mod capture;
 mod common;
 mod devices;
+mod doctor;
 mod exchange;
 mod exec;
 mod pcap;
@@ -92,6 +94,11 @@ enum Command {
     /// libibverbs.so.1 (built by `make cabi`) first on LD_LIBRARY_PATH; UROCE_DEVICES,
     /// UROCE_CONFIG and UROCE_BACKEND pass through.
     Exec(exec::ExecArgs),
+    /// Check what uroce needs here, one line each (`ok`, `warn`, `FAIL` and what to do):
+    /// each device's address on an interface (MTU, active MTU, GID), UDP port 4791 free
+    /// (or who holds it), CAP_NET_RAW for the raw backend, kernel rxe, the drop-in
+    /// libraries. Exit status 1 when a check failed.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Prints a one-line error and gives exit status 1.
@@ -126,6 +133,7 @@ fn main() -> ExitCode {
         Command::Udaddy(args) => report(udaddy::run(&args)),
         Command::Stat(args) => report(stat::run(&args)),
         Command::Exec(args) => report(exec::run(&args)),
+        Command::Doctor(args) => report(doctor::run(&args)),
         Command::Sim(args) => match args.workload() {
             Ok(w) => sim::run(&args, &w),
             Err(msg) => {
