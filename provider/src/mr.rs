@@ -69,6 +69,15 @@ bitflags! {
         /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND` = 16; IBTA
         /// §10.6.7, C10-73; see [`crate::mw`]).
         const MW_BIND = 1 << 4;
+        /// Peers may FLUSH the region to global visibility (`IBV_ACCESS_FLUSH_GLOBAL` =
+        /// 1 << 8; IBTA vol. 1 1.5, memory placement extensions, the FLUSH placement type
+        /// "global visibility").
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Peers may FLUSH the region to persistence (`IBV_ACCESS_FLUSH_PERSISTENT` =
+        /// 1 << 9; same section, placement type "persistence"). uroce's regions are
+        /// ordinary process memory, so a persistence FLUSH gives what a global visibility
+        /// one gives (see [`crate::transport::responder`]).
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
@@ -79,7 +88,7 @@ impl AccessFlags {
     pub fn validate(raw: u32) -> Result<AccessFlags> {
         let flags = AccessFlags::from_bits(raw).ok_or(Error::InvalidAccess {
             flags: raw,
-            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND",
+            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, FLUSH_GLOBAL, FLUSH_PERSISTENT",
         })?;
         if flags.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !flags.contains(AccessFlags::LOCAL_WRITE)
@@ -629,6 +638,19 @@ impl MemoryRegion {
         let _pin = self.pin_remote()?;
         Ok(self.atomic_word(va)?.fetch_add(add, Ordering::AcqRel))
     }
+
+    /// IBTA vol. 1 1.5 ATOMIC WRITE (memory placement extensions): the 8 bytes `data` land
+    /// in the 8-byte word at virtual address `va` as one atomic store, with release
+    /// ordering, so that whoever sees them also sees every earlier copy into any region.
+    /// The bytes are stored as they came (no byte-order change).
+    ///
+    /// Errors as [`compare_and_swap`](Self::compare_and_swap).
+    pub fn atomic_write(&self, va: u64, data: [u8; 8]) -> Result<(), AccessFault> {
+        let _pin = self.pin_remote()?;
+        self.atomic_word(va)?
+            .store(u64::from_ne_bytes(data), Ordering::Release);
+        Ok(())
+    }
 }
 
 impl Drop for MemoryRegion {
@@ -803,6 +825,38 @@ impl MrTable {
         }
         mr.check_range(va, len, needed)?;
         Ok(Some(mr))
+    }
+
+    /// The responder's check of a FLUSH (IBTA vol. 1 1.5, memory placement extensions):
+    /// `rkey` names a live region of `pd`, or a memory window bound for QP `qpn`, that
+    /// grants `needed` (the FLUSH access of each placement type asked for); with
+    /// `range = Some((va, len))` (selectivity "memory range") the range must lie inside it,
+    /// even when `len` is 0; with `None` (selectivity "memory region") the whole region or
+    /// window is flushed and no range is checked. Returns the region.
+    pub fn check_flush(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        rkey: u32,
+        range: Option<(u64, u64)>,
+        needed: AccessFlags,
+    ) -> Result<Arc<MemoryRegion>, AccessFault> {
+        let Ok(mr) = Self::lookup(&self.by_rkey, rkey) else {
+            let (va, len) = match range {
+                Some(r) => r,
+                None => self
+                    .mws
+                    .bound_range(rkey)
+                    .ok_or(AccessFault::InvalidKey { key: rkey })?,
+            };
+            return self.mws.check_remote(pd, qpn, rkey, va, len, needed);
+        };
+        if mr.pd.id() != pd {
+            return Err(AccessFault::PdMismatch { key: rkey });
+        }
+        let (va, len) = range.unwrap_or((mr.addr, 0));
+        mr.check_range(va, len, needed)?;
+        Ok(mr)
     }
 
     /// The local check of a scatter/gather entry (IBTA §10.6.3): `lkey` names a
