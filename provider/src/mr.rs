@@ -146,10 +146,28 @@ pub enum AccessFault {
     },
 }
 
+/// The memory of a re-registered region ([`MemoryRegion::reregister`],
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Translation {
+    /// The same memory, address and length.
+    Keep,
+    /// `len` fresh zeroed bytes owned by the region (as [`MemoryRegion::alloc`]).
+    Owned(usize),
+    /// The caller's `len` bytes at `ptr` (as [`MemoryRegion::register_raw`]).
+    Raw {
+        /// Start of the memory.
+        ptr: *mut u8,
+        /// Bytes.
+        len: usize,
+    },
+}
+
 /// Where a region's bytes live.
 enum Storage {
-    /// Owned, 8-byte aligned words.
-    Owned(Box<[AtomicU64]>),
+    /// Owned, 8-byte aligned words (shared with the region that replaced this one in a
+    /// [`MemoryRegion::reregister`] that kept the translation).
+    Owned(Arc<[AtomicU64]>),
     /// Memory the caller of [`MemoryRegion::register_raw`] vouched for.
     Raw,
 }
@@ -222,22 +240,42 @@ impl MemoryRegion {
         v.try_reserve_exact(words)
             .map_err(|_| Error::NoMemory { bytes: len as u64 })?;
         v.resize_with(words, || AtomicU64::new(0));
-        let boxed = v.into_boxed_slice();
-        let ptr = boxed.as_ptr() as *const u8;
+        let words: Arc<[AtomicU64]> = v.into();
+        Self::install(pd, access, None, len as u64, Storage::Owned(words))
+    }
+
+    /// Registers `storage` (`len` bytes) on `pd` with fresh keys: at virtual address `addr`,
+    /// or for owned storage without one at a random 4 KiB-aligned address (see the module
+    /// docs). Counts against `max_mr`.
+    fn install(
+        pd: &Arc<ProtectionDomain>,
+        access: AccessFlags,
+        addr: Option<u64>,
+        len: u64,
+        storage: Storage,
+    ) -> Result<Arc<MemoryRegion>> {
+        let dev = pd.device().clone();
         dev.reserve(Resource::Mr)?;
         let mut guard = dev.res.lock();
         let r = &mut *guard;
-        let base = r.rng.gen_range((1u64 << 20)..(1u64 << 35)) << 12;
+        let (ptr, addr) = match &storage {
+            Storage::Owned(words) => (
+                words.as_ptr() as *const u8,
+                addr.unwrap_or_else(|| r.rng.gen_range((1u64 << 20)..(1u64 << 35)) << 12),
+            ),
+            // A raw region's address is its pointer (checked by the caller).
+            Storage::Raw => (addr.unwrap_or(0) as *const u8, addr.unwrap_or(0)),
+        };
         let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
         let mr = Arc::new(MemoryRegion {
             pd: pd.clone(),
             lkey,
             rkey,
             access,
-            addr: base,
-            len: len as u64,
+            addr,
+            len,
             ptr,
-            storage: Storage::Owned(boxed),
+            storage,
             pins: AtomicU32::new(0),
             windows: AtomicU32::new(0),
         });
@@ -245,6 +283,65 @@ impl MemoryRegion {
         drop(guard);
         pd.add_user();
         Ok(mr)
+    }
+
+    /// Re-registers the region (`ibv_rereg_mr(3)`; the Reregister Memory Region verb of IBTA vol. 1
+    /// ch. 11, keys as §10.6.3): conceptually a deregistration followed by a registration.
+    /// `pd` moves it to another protection domain of the same device, `translation` gives
+    /// it other memory, `access` other rights (each `None`: unchanged). Returns the new
+    /// region, with new L_Key and R_Key; the old keys are refused from then on (local SGEs
+    /// at post time, peers with a Remote Access Error NAK), as after
+    /// [`deregister`](Self::deregister). With the translation kept, the new region has the
+    /// same address, length and bytes.
+    ///
+    /// Errors, with the old region still registered and unchanged: bad access flags
+    /// ([`Error::InvalidAccess`]), a PD of another device ([`Error::Mismatch`]), a region
+    /// already deregistered ([`Error::Deregistered`]), memory windows bound to it
+    /// ([`Error::Busy`], as for deregistration), and the errors of
+    /// [`alloc`](Self::alloc) / [`register_raw`](Self::register_raw) for a new translation.
+    ///
+    /// # Safety
+    ///
+    /// With [`Translation::Raw`], the contract of [`register_raw`](Self::register_raw) for
+    /// the new memory. Otherwise none.
+    pub unsafe fn reregister(
+        &self,
+        pd: Option<&Arc<ProtectionDomain>>,
+        translation: Translation,
+        access: Option<u32>,
+    ) -> Result<Arc<MemoryRegion>> {
+        let access = match access {
+            Some(a) => a,
+            None => self.access.bits(),
+        };
+        let pd = pd.unwrap_or(&self.pd);
+        if !Arc::ptr_eq(pd.device(), self.pd.device()) {
+            return Err(Error::Mismatch(
+                "the new protection domain is of another device than the region",
+            ));
+        }
+        if !self.is_registered() {
+            return Err(Error::Deregistered { lkey: self.lkey });
+        }
+        let new = match translation {
+            Translation::Keep => {
+                let storage = match &self.storage {
+                    Storage::Owned(words) => Storage::Owned(words.clone()),
+                    Storage::Raw => Storage::Raw,
+                };
+                let access = AccessFlags::validate(access)?;
+                Self::install(pd, access, Some(self.addr), self.len, storage)?
+            }
+            Translation::Owned(len) => Self::alloc(pd, len, access)?,
+            // SAFETY: forwarded to the caller.
+            Translation::Raw { ptr, len } => unsafe { Self::register_raw(pd, ptr, len, access)? },
+        };
+        // The new keys were drawn while the old ones were live, so they differ from them.
+        if let Err(e) = self.try_deregister() {
+            new.deregister();
+            return Err(e);
+        }
+        Ok(new)
     }
 
     /// Registers `bytes`, copying them into the region's aligned storage; deregistration
@@ -285,7 +382,6 @@ impl MemoryRegion {
         access: u32,
     ) -> Result<Arc<MemoryRegion>> {
         let access = AccessFlags::validate(access)?;
-        let dev = pd.device().clone();
         if ptr.is_null() && len > 0 {
             return Err(Error::NullAddress);
         }
@@ -297,26 +393,7 @@ impl MemoryRegion {
                 len: len as u64,
             });
         }
-        dev.reserve(Resource::Mr)?;
-        let mut guard = dev.res.lock();
-        let r = &mut *guard;
-        let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
-        let mr = Arc::new(MemoryRegion {
-            pd: pd.clone(),
-            lkey,
-            rkey,
-            access,
-            addr: ptr as u64,
-            len: len as u64,
-            ptr,
-            storage: Storage::Raw,
-            pins: AtomicU32::new(0),
-            windows: AtomicU32::new(0),
-        });
-        r.mrs.insert(&mr);
-        drop(guard);
-        pd.add_user();
-        Ok(mr)
+        Self::install(pd, access, Some(ptr as u64), len as u64, Storage::Raw)
     }
 
     /// Deregisters the region (`ibv_dereg_mr(3)`): its keys are refused from now on, every

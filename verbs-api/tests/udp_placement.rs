@@ -13,15 +13,7 @@ const FLUSH_BOTH: u32 = AccessFlags::FLUSH_GLOBAL.bits() | AccessFlags::FLUSH_PE
 
 /// Two connected RC ends, and on b a 4 KiB region with every right plus `extra`.
 fn setup(net: u8, extra: u32) -> (End, End, Mr) {
-    let (ca, cb) = contexts(
-        &format!("127.24.{net}.1"),
-        &format!("127.24.{net}.2"),
-        &UdpBackend::default(),
-    );
-    let a = end(&ca, QpType::Rc, 1 << 16);
-    let b = end(&cb, QpType::Rc, 1 << 16);
-    connect(&a, b.remote(), 10, 20);
-    connect(&b, a.remote(), 20, 10);
+    let (a, b) = rc_pair(&format!("127.24.{net}.1"), &format!("127.24.{net}.2"));
     let mr = b.pd.alloc_mr(4096, all_access() | extra).unwrap();
     (a, b, mr)
 }
