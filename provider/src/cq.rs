@@ -30,6 +30,8 @@ pub enum Arm {
 }
 
 struct CqState {
+    /// Entries the CQ holds at most (`ibv_cq::cqe`; changed by [`CompletionQueue::resize`]).
+    depth: u32,
     entries: VecDeque<WorkCompletion>,
     arm: Arm,
     overflowed: bool,
@@ -38,7 +40,6 @@ struct CqState {
 /// A completion queue.
 pub struct CompletionQueue {
     id: u32,
-    depth: u32,
     device: Arc<Device>,
     state: Mutex<CqState>,
     notify: Option<Arc<dyn CqNotify>>,
@@ -49,7 +50,7 @@ impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompletionQueue")
             .field("id", &self.id)
-            .field("depth", &self.depth)
+            .field("depth", &self.depth())
             .finish_non_exhaustive()
     }
 }
@@ -65,25 +66,13 @@ impl CompletionQueue {
         cqe: u32,
         notify: Option<Arc<dyn CqNotify>>,
     ) -> Result<Arc<CompletionQueue>> {
-        if cqe == 0 {
-            return Err(Error::Zero {
-                what: Resource::Cqe,
-            });
-        }
-        let max = device.limits().max_cqe;
-        if cqe > max {
-            return Err(Error::AboveLimit {
-                what: Resource::Cqe,
-                requested: cqe.into(),
-                max: max.into(),
-            });
-        }
+        check_cqe(device, cqe)?;
         device.reserve(Resource::Cq)?;
         Ok(Arc::new(CompletionQueue {
             id: NEXT_CQ.fetch_add(1, Ordering::Relaxed),
-            depth: cqe,
             device: device.clone(),
             state: Mutex::new(CqState {
+                depth: cqe,
                 entries: VecDeque::new(),
                 arm: Arm::Off,
                 overflowed: false,
@@ -100,7 +89,27 @@ impl CompletionQueue {
 
     /// Number of entries (`ibv_cq::cqe`).
     pub fn depth(&self) -> u32 {
-        self.depth
+        self.state.lock().depth
+    }
+
+    /// Resizes the CQ to exactly `cqe` entries (`ibv_resize_cq(3)`; IBTA vol. 1 §11.2.8, Resize CQ
+    /// Resize Completion Queue), keeping the completions it holds, in order, and its
+    /// arming; returns the new size. `cqe` must be in `1..=max_cqe` ([`Error::Zero`],
+    /// [`Error::AboveLimit`]) and at least the number of unpolled completions
+    /// ([`Error::BelowInUse`]); on error nothing changes. A CQ that overflowed stays in
+    /// error (IBTA §11.4.2: only destroying it clears that).
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        check_cqe(&self.device, cqe)?;
+        let mut st = self.state.lock();
+        if (cqe as usize) < st.entries.len() {
+            return Err(Error::BelowInUse {
+                what: Resource::Cqe,
+                requested: cqe.into(),
+                in_use: st.entries.len() as u64,
+            });
+        }
+        st.depth = cqe;
+        Ok(cqe)
     }
 
     /// Adds a completion. `solicited` says the completed receive carried the Solicited
@@ -108,7 +117,7 @@ impl CompletionQueue {
     /// lost, the CQ stays in error and `CqErr` is raised once; returns `false` then.
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
         let mut st = self.state.lock();
-        if st.overflowed || st.entries.len() >= self.depth as usize {
+        if st.overflowed || st.entries.len() >= st.depth as usize {
             let first = !st.overflowed;
             st.overflowed = true;
             drop(st);
@@ -209,6 +218,24 @@ impl CompletionQueue {
     }
 }
 
+/// A CQ size `ibv_create_cq(3)` and `ibv_resize_cq(3)` accept: `1..=max_cqe`.
+fn check_cqe(device: &Device, cqe: u32) -> Result<()> {
+    if cqe == 0 {
+        return Err(Error::Zero {
+            what: Resource::Cqe,
+        });
+    }
+    let max = device.limits().max_cqe;
+    if cqe > max {
+        return Err(Error::AboveLimit {
+            what: Resource::Cqe,
+            requested: cqe.into(),
+            max: max.into(),
+        });
+    }
+    Ok(())
+}
+
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
         self.device.release(Resource::Cq);
@@ -233,6 +260,56 @@ mod tests {
             CompletionQueue::create(&d, (1 << 20) + 1, None),
             Err(Error::AboveLimit { .. })
         ));
+    }
+
+    #[test]
+    fn resize_keeps_the_completions_in_order_and_refuses_below_the_unpolled_ones() {
+        // The cases of rdma-core's pyverbs test_cq.py `test_resize_cq`: larger, smaller,
+        // below the unpolled entries (refused), zero and above max_cqe (refused).
+        let d = Device::new(DeviceConfig::new("t", "127.0.0.1".parse().unwrap()));
+        let cq = CompletionQueue::create(&d, 4, None).unwrap();
+        for id in 0..4 {
+            let wc = WorkCompletion {
+                wr_id: id,
+                ..Default::default()
+            };
+            assert!(cq.push(wc, false));
+        }
+        assert_eq!(cq.resize(10).unwrap(), 10);
+        assert_eq!(cq.depth(), 10);
+        assert!(cq.push(
+            WorkCompletion {
+                wr_id: 4,
+                ..Default::default()
+            },
+            false
+        ));
+        assert!(matches!(
+            cq.resize(4),
+            Err(Error::BelowInUse {
+                requested: 4,
+                in_use: 5,
+                ..
+            })
+        ));
+        assert!(matches!(cq.resize(0), Err(Error::Zero { .. })));
+        assert!(matches!(
+            cq.resize((1 << 20) + 1),
+            Err(Error::AboveLimit { .. })
+        ));
+        assert_eq!(cq.depth(), 10, "nothing changed by the refusals");
+        cq.req_notify(true);
+        assert_eq!(
+            cq.resize(5).unwrap(),
+            5,
+            "down to exactly the unpolled ones"
+        );
+        assert_eq!(cq.arm(), Arm::Solicited, "the arming is kept");
+        assert!(!cq.push(WorkCompletion::default(), false), "full at 5");
+        let ids: Vec<u64> = std::iter::from_fn(|| cq.poll_one())
+            .map(|w| w.wr_id)
+            .collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
     }
 
     #[test]

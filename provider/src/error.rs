@@ -138,6 +138,17 @@ pub enum Error {
     /// A `modify_qp` was refused; the QP is unchanged.
     #[error("modify_qp refused: {0}")]
     ModifyQp(#[from] ModifyQpError),
+    /// A queue cannot shrink below what it holds (`ibv_resize_cq(3)`: "cqe must be at
+    /// least the number of unpolled entries"); `EINVAL`, nothing changed.
+    #[error("{what}: {requested} requested but {in_use} are in use; poll them first")]
+    BelowInUse {
+        /// Which size.
+        what: Resource,
+        /// The size asked for.
+        requested: u64,
+        /// Entries held now.
+        in_use: u64,
+    },
     /// An SRQ attribute is out of range (`ibv_modify_srq(3)`).
     #[error("invalid SRQ attribute: {0}")]
     InvalidSrqAttr(&'static str),

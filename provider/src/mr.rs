@@ -69,6 +69,15 @@ bitflags! {
         /// Memory windows may be bound to the region (`IBV_ACCESS_MW_BIND` = 16; IBTA
         /// §10.6.7, C10-73; see [`crate::mw`]).
         const MW_BIND = 1 << 4;
+        /// Peers may FLUSH the region to global visibility (`IBV_ACCESS_FLUSH_GLOBAL` =
+        /// 1 << 8; IBTA vol. 1 1.5, memory placement extensions, the FLUSH placement type
+        /// "global visibility").
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Peers may FLUSH the region to persistence (`IBV_ACCESS_FLUSH_PERSISTENT` =
+        /// 1 << 9; same section, placement type "persistence"). uroce's regions are
+        /// ordinary process memory, so a persistence FLUSH gives what a global visibility
+        /// one gives (see [`crate::transport::responder`]).
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
@@ -79,7 +88,7 @@ impl AccessFlags {
     pub fn validate(raw: u32) -> Result<AccessFlags> {
         let flags = AccessFlags::from_bits(raw).ok_or(Error::InvalidAccess {
             flags: raw,
-            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND",
+            reason: "unknown bits; uroce supports LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, MW_BIND, FLUSH_GLOBAL, FLUSH_PERSISTENT",
         })?;
         if flags.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !flags.contains(AccessFlags::LOCAL_WRITE)
@@ -137,10 +146,28 @@ pub enum AccessFault {
     },
 }
 
+/// The memory of a re-registered region ([`MemoryRegion::reregister`],
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Translation {
+    /// The same memory, address and length.
+    Keep,
+    /// `len` fresh zeroed bytes owned by the region (as [`MemoryRegion::alloc`]).
+    Owned(usize),
+    /// The caller's `len` bytes at `ptr` (as [`MemoryRegion::register_raw`]).
+    Raw {
+        /// Start of the memory.
+        ptr: *mut u8,
+        /// Bytes.
+        len: usize,
+    },
+}
+
 /// Where a region's bytes live.
 enum Storage {
-    /// Owned, 8-byte aligned words.
-    Owned(Box<[AtomicU64]>),
+    /// Owned, 8-byte aligned words (shared with the region that replaced this one in a
+    /// [`MemoryRegion::reregister`] that kept the translation).
+    Owned(Arc<[AtomicU64]>),
     /// Memory the caller of [`MemoryRegion::register_raw`] vouched for.
     Raw,
 }
@@ -213,22 +240,42 @@ impl MemoryRegion {
         v.try_reserve_exact(words)
             .map_err(|_| Error::NoMemory { bytes: len as u64 })?;
         v.resize_with(words, || AtomicU64::new(0));
-        let boxed = v.into_boxed_slice();
-        let ptr = boxed.as_ptr() as *const u8;
+        let words: Arc<[AtomicU64]> = v.into();
+        Self::install(pd, access, None, len as u64, Storage::Owned(words))
+    }
+
+    /// Registers `storage` (`len` bytes) on `pd` with fresh keys: at virtual address `addr`,
+    /// or for owned storage without one at a random 4 KiB-aligned address (see the module
+    /// docs). Counts against `max_mr`.
+    fn install(
+        pd: &Arc<ProtectionDomain>,
+        access: AccessFlags,
+        addr: Option<u64>,
+        len: u64,
+        storage: Storage,
+    ) -> Result<Arc<MemoryRegion>> {
+        let dev = pd.device().clone();
         dev.reserve(Resource::Mr)?;
         let mut guard = dev.res.lock();
         let r = &mut *guard;
-        let base = r.rng.gen_range((1u64 << 20)..(1u64 << 35)) << 12;
+        let (ptr, addr) = match &storage {
+            Storage::Owned(words) => (
+                words.as_ptr() as *const u8,
+                addr.unwrap_or_else(|| r.rng.gen_range((1u64 << 20)..(1u64 << 35)) << 12),
+            ),
+            // A raw region's address is its pointer (checked by the caller).
+            Storage::Raw => (addr.unwrap_or(0) as *const u8, addr.unwrap_or(0)),
+        };
         let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
         let mr = Arc::new(MemoryRegion {
             pd: pd.clone(),
             lkey,
             rkey,
             access,
-            addr: base,
-            len: len as u64,
+            addr,
+            len,
             ptr,
-            storage: Storage::Owned(boxed),
+            storage,
             pins: AtomicU32::new(0),
             windows: AtomicU32::new(0),
         });
@@ -236,6 +283,65 @@ impl MemoryRegion {
         drop(guard);
         pd.add_user();
         Ok(mr)
+    }
+
+    /// Re-registers the region (`ibv_rereg_mr(3)`; the Reregister Memory Region verb of IBTA vol. 1
+    /// ch. 11, keys as §10.6.3): conceptually a deregistration followed by a registration.
+    /// `pd` moves it to another protection domain of the same device, `translation` gives
+    /// it other memory, `access` other rights (each `None`: unchanged). Returns the new
+    /// region, with new L_Key and R_Key; the old keys are refused from then on (local SGEs
+    /// at post time, peers with a Remote Access Error NAK), as after
+    /// [`deregister`](Self::deregister). With the translation kept, the new region has the
+    /// same address, length and bytes.
+    ///
+    /// Errors, with the old region still registered and unchanged: bad access flags
+    /// ([`Error::InvalidAccess`]), a PD of another device ([`Error::Mismatch`]), a region
+    /// already deregistered ([`Error::Deregistered`]), memory windows bound to it
+    /// ([`Error::Busy`], as for deregistration), and the errors of
+    /// [`alloc`](Self::alloc) / [`register_raw`](Self::register_raw) for a new translation.
+    ///
+    /// # Safety
+    ///
+    /// With [`Translation::Raw`], the contract of [`register_raw`](Self::register_raw) for
+    /// the new memory. Otherwise none.
+    pub unsafe fn reregister(
+        &self,
+        pd: Option<&Arc<ProtectionDomain>>,
+        translation: Translation,
+        access: Option<u32>,
+    ) -> Result<Arc<MemoryRegion>> {
+        let access = match access {
+            Some(a) => a,
+            None => self.access.bits(),
+        };
+        let pd = pd.unwrap_or(&self.pd);
+        if !Arc::ptr_eq(pd.device(), self.pd.device()) {
+            return Err(Error::Mismatch(
+                "the new protection domain is of another device than the region",
+            ));
+        }
+        if !self.is_registered() {
+            return Err(Error::Deregistered { lkey: self.lkey });
+        }
+        let new = match translation {
+            Translation::Keep => {
+                let storage = match &self.storage {
+                    Storage::Owned(words) => Storage::Owned(words.clone()),
+                    Storage::Raw => Storage::Raw,
+                };
+                let access = AccessFlags::validate(access)?;
+                Self::install(pd, access, Some(self.addr), self.len, storage)?
+            }
+            Translation::Owned(len) => Self::alloc(pd, len, access)?,
+            // SAFETY: forwarded to the caller.
+            Translation::Raw { ptr, len } => unsafe { Self::register_raw(pd, ptr, len, access)? },
+        };
+        // The new keys were drawn while the old ones were live, so they differ from them.
+        if let Err(e) = self.try_deregister() {
+            new.deregister();
+            return Err(e);
+        }
+        Ok(new)
     }
 
     /// Registers `bytes`, copying them into the region's aligned storage; deregistration
@@ -276,7 +382,6 @@ impl MemoryRegion {
         access: u32,
     ) -> Result<Arc<MemoryRegion>> {
         let access = AccessFlags::validate(access)?;
-        let dev = pd.device().clone();
         if ptr.is_null() && len > 0 {
             return Err(Error::NullAddress);
         }
@@ -288,26 +393,7 @@ impl MemoryRegion {
                 len: len as u64,
             });
         }
-        dev.reserve(Resource::Mr)?;
-        let mut guard = dev.res.lock();
-        let r = &mut *guard;
-        let (lkey, rkey) = r.mrs.fresh_keys(&mut r.rng);
-        let mr = Arc::new(MemoryRegion {
-            pd: pd.clone(),
-            lkey,
-            rkey,
-            access,
-            addr: ptr as u64,
-            len: len as u64,
-            ptr,
-            storage: Storage::Raw,
-            pins: AtomicU32::new(0),
-            windows: AtomicU32::new(0),
-        });
-        r.mrs.insert(&mr);
-        drop(guard);
-        pd.add_user();
-        Ok(mr)
+        Self::install(pd, access, Some(ptr as u64), len as u64, Storage::Raw)
     }
 
     /// Deregisters the region (`ibv_dereg_mr(3)`): its keys are refused from now on, every
@@ -629,6 +715,19 @@ impl MemoryRegion {
         let _pin = self.pin_remote()?;
         Ok(self.atomic_word(va)?.fetch_add(add, Ordering::AcqRel))
     }
+
+    /// IBTA vol. 1 1.5 ATOMIC WRITE (memory placement extensions): the 8 bytes `data` land
+    /// in the 8-byte word at virtual address `va` as one atomic store, with release
+    /// ordering, so that whoever sees them also sees every earlier copy into any region.
+    /// The bytes are stored as they came (no byte-order change).
+    ///
+    /// Errors as [`compare_and_swap`](Self::compare_and_swap).
+    pub fn atomic_write(&self, va: u64, data: [u8; 8]) -> Result<(), AccessFault> {
+        let _pin = self.pin_remote()?;
+        self.atomic_word(va)?
+            .store(u64::from_ne_bytes(data), Ordering::Release);
+        Ok(())
+    }
 }
 
 impl Drop for MemoryRegion {
@@ -803,6 +902,38 @@ impl MrTable {
         }
         mr.check_range(va, len, needed)?;
         Ok(Some(mr))
+    }
+
+    /// The responder's check of a FLUSH (IBTA vol. 1 1.5, memory placement extensions):
+    /// `rkey` names a live region of `pd`, or a memory window bound for QP `qpn`, that
+    /// grants `needed` (the FLUSH access of each placement type asked for); with
+    /// `range = Some((va, len))` (selectivity "memory range") the range must lie inside it,
+    /// even when `len` is 0; with `None` (selectivity "memory region") the whole region or
+    /// window is flushed and no range is checked. Returns the region.
+    pub fn check_flush(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        rkey: u32,
+        range: Option<(u64, u64)>,
+        needed: AccessFlags,
+    ) -> Result<Arc<MemoryRegion>, AccessFault> {
+        let Ok(mr) = Self::lookup(&self.by_rkey, rkey) else {
+            let (va, len) = match range {
+                Some(r) => r,
+                None => self
+                    .mws
+                    .bound_range(rkey)
+                    .ok_or(AccessFault::InvalidKey { key: rkey })?,
+            };
+            return self.mws.check_remote(pd, qpn, rkey, va, len, needed);
+        };
+        if mr.pd.id() != pd {
+            return Err(AccessFault::PdMismatch { key: rkey });
+        }
+        let (va, len) = range.unwrap_or((mr.addr, 0));
+        mr.check_range(va, len, needed)?;
+        Ok(mr)
     }
 
     /// The local check of a scatter/gather entry (IBTA §10.6.3): `lkey` names a

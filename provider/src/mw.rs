@@ -220,6 +220,12 @@ impl MwTable {
             .filter(|e| e.rkey(rkey >> 8) == rkey)
     }
 
+    /// The bound range `(addr, len)` of the window whose R_Key is `rkey`, if it is bound.
+    pub(crate) fn bound_range(&self, rkey: u32) -> Option<(u64, u64)> {
+        let b = self.entry_for_key(rkey)?.bound.as_ref()?;
+        Some((b.addr, b.len))
+    }
+
     /// The responder's check of an R_Key that names no region (see the module docs):
     /// the window's rights and bounds, its PD (type 1) or QP (type 2).
     pub(crate) fn check_remote(
@@ -356,6 +362,14 @@ fn check_bind(mr: &MemoryRegion, pd: PdId, bind: &MwBind) -> Result<AccessFlags,
     if rights.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
         && !mr.access().contains(AccessFlags::LOCAL_WRITE)
     {
+        return Err(BindError::Rights {
+            access: bind.access,
+        });
+    }
+    // A window passes on FLUSH rights only its region has (IBTA vol. 1 1.5: the FLUSH
+    // access is the region's, and a window cannot widen it).
+    let flush = rights & (AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT);
+    if !mr.access().contains(flush) {
         return Err(BindError::Rights {
             access: bind.access,
         });

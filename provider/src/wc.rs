@@ -160,6 +160,10 @@ pub enum WcOpcode {
     BindMw = 5,
     /// `IBV_WC_LOCAL_INV` = 6: a local invalidate (`IBV_WR_LOCAL_INV`).
     LocalInv = 6,
+    /// `IBV_WC_FLUSH` = 8: an IBTA 1.5 FLUSH (`IBV_WR_FLUSH`).
+    Flush = 8,
+    /// `IBV_WC_ATOMIC_WRITE` = 9: an IBTA 1.5 ATOMIC WRITE (`IBV_WR_ATOMIC_WRITE`).
+    AtomicWrite = 9,
     /// `IBV_WC_RECV` = 128: a receive WR consumed by a SEND.
     Recv = 128,
     /// `IBV_WC_RECV_RDMA_WITH_IMM` = 129: consumed by an RDMA WRITE with immediate.

@@ -36,6 +36,35 @@ bitflags! {
     }
 }
 
+bitflags! {
+    /// The placement type of a FLUSH (`enum ibv_placement_type`; IBTA vol. 1 1.5, memory
+    /// placement extensions, the FETH's placement type field): where the flushed data must
+    /// have reached when the FLUSH is acknowledged. At least one is required.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct FlushType: u8 {
+        /// Global visibility (`IBV_FLUSH_GLOBAL` = 1): every later access of any initiator
+        /// sees the data. Needs `IBV_ACCESS_FLUSH_GLOBAL` on the remote region.
+        const GLOBAL = 1;
+        /// Persistence (`IBV_FLUSH_PERSISTENT` = 2): the data survive a power loss. Needs
+        /// `IBV_ACCESS_FLUSH_PERSISTENT` on the remote region.
+        const PERSISTENT = 1 << 1;
+    }
+}
+
+/// The selectivity level of a FLUSH (`enum ibv_selectivity_level`; the FETH's
+/// selectivity level field, IBTA vol. 1 1.5 memory placement extensions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum FlushLevel {
+    /// `IBV_FLUSH_RANGE` = 0: the `len` bytes at `remote_addr`, which must lie inside the
+    /// region (or window) of `rkey`.
+    #[default]
+    Range = 0,
+    /// `IBV_FLUSH_MR` = 1: the whole region (or window) of `rkey`; address and length are
+    /// not checked.
+    Region = 1,
+}
+
 /// The operation of a send WR with its operands (`enum ibv_wr_opcode` and the `wr`
 /// union of `struct ibv_send_wr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +132,40 @@ pub enum SendOp {
         /// R_Key to invalidate.
         invalidate_rkey: u32,
     },
+    /// `IBV_WR_FLUSH` = 14 (RC only): the IBTA vol. 1 1.5 FLUSH (opcode 0x1C, FETH and
+    /// RETH, no payload; what `ibv_wr_flush(3)` posts). The responder executes it after
+    /// every earlier request of the QP (so every earlier WRITE is placed) and makes the
+    /// range, or the whole region, reach the placement `ty`; it holds a responder resource
+    /// like an RDMA READ (`max_rd_atomic` / `max_dest_rd_atomic`) and is answered by a
+    /// zero-length RDMA READ Response Only. Completes with `IBV_WC_FLUSH`; a region without
+    /// the FLUSH access of `ty` is a Remote Access Error (`IBV_WC_REM_ACCESS_ERR`). The
+    /// WR carries no data: `sg_list` must be empty and INLINE unset.
+    Flush {
+        /// Remote virtual address of the range (sent with [`FlushLevel::Region`] too).
+        remote_addr: u64,
+        /// Remote R_Key of the region or memory window.
+        rkey: u32,
+        /// Bytes of the range; not checked with [`FlushLevel::Region`].
+        len: u32,
+        /// Placement type (at least one bit).
+        ty: FlushType,
+        /// Selectivity level.
+        level: FlushLevel,
+    },
+    /// `IBV_WR_ATOMIC_WRITE` = 15 (RC only): the IBTA vol. 1 1.5 ATOMIC WRITE (opcode 0x1D,
+    /// RETH and 8 bytes of payload; what `ibv_wr_atomic_write(3)` posts). The WR's 8 bytes
+    /// (its SGEs or its inline data, exactly 8) are stored at the 8-byte aligned
+    /// `remote_addr` in one atomic store, after every earlier request of the QP has been
+    /// executed (earlier WRITEs are placed first). It needs REMOTE_WRITE on the QP and the
+    /// region, holds a responder resource like an RDMA READ and is answered by a
+    /// zero-length RDMA READ Response Only. Completes with `IBV_WC_ATOMIC_WRITE`; a
+    /// misaligned address is NAKed Invalid Request (`IBV_WC_REM_INV_REQ_ERR`).
+    AtomicWrite {
+        /// Remote virtual address, 8-byte aligned.
+        remote_addr: u64,
+        /// Remote R_Key.
+        rkey: u32,
+    },
     /// `IBV_WR_BIND_MW` = 8 (RC, UC): binds memory window `mw` (IBTA §10.6.7.1; what
     /// `ibv_bind_mw(3)` posts for type 1, and a type 2 window's bind WR) with the key byte
     /// of `rkey` (its low 8 bits). Completes with `IBV_WC_BIND_MW`, or
@@ -131,6 +194,8 @@ impl SendOp {
             SendOp::LocalInv { .. } => 7,
             SendOp::BindMw { .. } => 8,
             SendOp::SendWithInv { .. } => 9,
+            SendOp::Flush { .. } => 14,
+            SendOp::AtomicWrite { .. } => 15,
         }
     }
 
@@ -158,7 +223,17 @@ impl SendOp {
         )
     }
 
-    /// The remote address of an RDMA READ, WRITE or atomic, or `None` for the sends.
+    /// The bytes of the remote range of an operation whose local data are `data_len`
+    /// bytes: a FLUSH's own length, otherwise the data's.
+    pub fn remote_len(&self, data_len: u64) -> u64 {
+        match *self {
+            SendOp::Flush { len, .. } => len.into(),
+            _ => data_len,
+        }
+    }
+
+    /// The remote address of an RDMA READ, WRITE, atomic, FLUSH or ATOMIC WRITE, or `None`
+    /// for the sends and local operations.
     pub fn remote_addr(&self) -> Option<u64> {
         match *self {
             SendOp::Send
@@ -170,7 +245,9 @@ impl SendOp {
             | SendOp::RdmaWriteWithImm { remote_addr, .. }
             | SendOp::RdmaRead { remote_addr, .. }
             | SendOp::AtomicCmpAndSwp { remote_addr, .. }
-            | SendOp::AtomicFetchAndAdd { remote_addr, .. } => Some(remote_addr),
+            | SendOp::AtomicFetchAndAdd { remote_addr, .. }
+            | SendOp::Flush { remote_addr, .. }
+            | SendOp::AtomicWrite { remote_addr, .. } => Some(remote_addr),
         }
     }
 
@@ -344,6 +421,20 @@ pub enum WrError {
     /// INLINE with an operation that receives data (READ, atomics).
     #[error("INLINE is only valid for SEND and RDMA WRITE operations")]
     InlineNotAllowed,
+    /// An ATOMIC WRITE carries exactly 8 bytes (IBTA vol. 1 1.5, memory placement
+    /// extensions; `ibv_wr_atomic_write(3)`: "8 bytes").
+    #[error("ATOMIC WRITE carries exactly 8 bytes, got {len}")]
+    AtomicWriteLength {
+        /// Bytes of the WR's SGEs or inline data.
+        len: u64,
+    },
+    /// A FLUSH with data (SGEs or INLINE) or without a placement type (IBTA vol. 1 1.5:
+    /// a FLUSH has no payload and asks for global visibility, persistence or both).
+    #[error("bad FLUSH: {reason}")]
+    BadFlush {
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// Atomics move exactly 8 bytes into one SGE (IBTA §9.4.5).
     #[error("atomic operations need one scatter/gather entry of exactly 8 bytes, got {len} bytes in {num}")]
     AtomicLength {

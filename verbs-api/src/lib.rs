@@ -148,7 +148,9 @@ pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
 pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
 pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
-pub use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError};
+pub use uroce_provider::wr::{
+    BadWr, FlushLevel, FlushType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError,
+};
 pub use uroce_provider::Error as VerbsError;
 pub use uroce_provider::Resource;
 pub use uroce_provider::{modify_qp_is_ok, QpAttrMask, QpState, QpType};

@@ -570,10 +570,82 @@ impl Mr {
         }
     }
 
+    /// Re-registers the region (`ibv_rereg_mr(3)`): with `change.pd`
+    /// (`IBV_REREG_MR_CHANGE_PD`) on another PD of the same context, with `change.len`
+    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`) over that many fresh zeroed bytes at a new
+    /// address, with `change.access` (`IBV_REREG_MR_CHANGE_ACCESS`) with other rights.
+    /// This handle then names the new registration: new [`Mr::lkey`] and [`Mr::rkey`]
+    /// (the old values are refused from then on, by post-time checks and by peers'
+    /// requests, NAKed Remote Access Error), and other clones of the handle keep naming
+    /// the old, deregistered one. With the translation kept, the bytes stay.
+    ///
+    /// Errors (`EINVAL` unless said; the region is then unchanged and still registered):
+    /// [`VerbsError::InvalidAccess`], [`VerbsError::Mismatch`] for a PD of another device,
+    /// [`VerbsError::Busy`] (`EBUSY`) while memory windows are bound to it,
+    /// [`VerbsError::Deregistered`], and [`Pd::alloc_mr`]'s for a new length.
+    pub fn rereg(&mut self, change: &MrRereg<'_>) -> Result<()> {
+        let translation = match change.len {
+            Some(len) => p::mr::Translation::Owned(len),
+            None => p::mr::Translation::Keep,
+        };
+        // SAFETY: no raw memory is involved (`Keep` or owned storage).
+        unsafe { self.rereg_with(change.pd, translation, change.access) }
+    }
+
+    /// [`Mr::rereg`] onto the caller's memory (the C ABI's `ibv_rereg_mr` with
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`): `translation` is `Some((ptr, len))`, or `None` to
+    /// keep the memory.
+    ///
+    /// # Safety
+    ///
+    /// For `Some((ptr, len))`, the contract of [`Pd::reg_mr_raw`] for `ptr..ptr+len`.
+    pub unsafe fn rereg_raw(
+        &mut self,
+        pd: Option<&Pd>,
+        translation: Option<(*mut u8, usize)>,
+        access: Option<u32>,
+    ) -> Result<()> {
+        let translation = match translation {
+            Some((ptr, len)) => p::mr::Translation::Raw { ptr, len },
+            None => p::mr::Translation::Keep,
+        };
+        // SAFETY: forwarded to the caller.
+        unsafe { self.rereg_with(pd, translation, access) }
+    }
+
+    /// # Safety
+    ///
+    /// As [`p::mr::MemoryRegion::reregister`].
+    unsafe fn rereg_with(
+        &mut self,
+        pd: Option<&Pd>,
+        translation: p::mr::Translation,
+        access: Option<u32>,
+    ) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        self.inner = unsafe {
+            self.inner
+                .reregister(pd.map(|p| &p.inner), translation, access)?
+        };
+        Ok(())
+    }
+
     /// The provider MR.
     pub fn provider(&self) -> &Arc<p::mr::MemoryRegion> {
         &self.inner
     }
+}
+
+/// What [`Mr::rereg`] changes (the flags and arguments of `ibv_rereg_mr(3)`); `None` keeps
+/// the property.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MrRereg<'a> {
+    /// `IBV_REREG_MR_CHANGE_PD`: the new protection domain (of the same context).
+    pub pd: Option<&'a Pd>,
+    /// `IBV_REREG_MR_CHANGE_TRANSLATION`: the new length in bytes, of fresh zeroed memory.
+    pub len: Option<usize>,
+    /// `IBV_REREG_MR_CHANGE_ACCESS`: the new [`crate::AccessFlags`] bits.
+    pub access: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -608,6 +680,15 @@ impl Cq {
     /// Entries (`ibv_cq::cqe`).
     pub fn cqe(&self) -> u32 {
         self.inner.cq.depth()
+    }
+
+    /// Resizes the CQ to `cqe` entries (`ibv_resize_cq(3)`; IBTA vol. 1 §11.2.8, Resize CQ),
+    /// keeping its unpolled completions and its arming; returns the new [`Cq::cqe`].
+    ///
+    /// Errors (`EINVAL`, nothing changed): `cqe` 0 or above `max_cqe`, or fewer than the
+    /// completions waiting to be polled ([`VerbsError::BelowInUse`]).
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        self.inner.cq.resize(cqe)
     }
 
     /// Fills `wc` with up to `wc.len()` completions, oldest first; returns how many

@@ -549,10 +549,29 @@ impl QueuePair {
                 num: wr.sg_list.len(),
             });
         }
+        match wr.op {
+            SendOp::AtomicWrite { .. } if len != 8 => {
+                return Err(WrError::AtomicWriteLength { len })
+            }
+            SendOp::Flush { ty, .. } => {
+                if !wr.sg_list.is_empty() || wr.flags.contains(SendFlags::INLINE) {
+                    return Err(WrError::BadFlush {
+                        reason: "a FLUSH carries no data; give no SGEs and no INLINE",
+                    });
+                }
+                if ty.is_empty() {
+                    return Err(WrError::BadFlush {
+                        reason: "no placement type; set FlushType::GLOBAL, PERSISTENT or both",
+                    });
+                }
+            }
+            _ => {}
+        }
         // A remote range whose last byte lies past 2^64 can name no region; refusing it
         // here keeps every address the requester computes from it (segment and retry
         // offsets, IBTA §9.7.4.1.3) in range.
         if let Some(remote_addr) = wr.op.remote_addr() {
+            let len = wr.op.remote_len(len);
             if len > 0 && remote_addr.checked_add(len - 1).is_none() {
                 return Err(WrError::RemoteRangeWraps { remote_addr, len });
             }
@@ -749,6 +768,8 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
         SendOp::AtomicFetchAndAdd { .. } => WcOpcode::FetchAdd,
         SendOp::BindMw { .. } => WcOpcode::BindMw,
         SendOp::LocalInv { .. } => WcOpcode::LocalInv,
+        SendOp::Flush { .. } => WcOpcode::Flush,
+        SendOp::AtomicWrite { .. } => WcOpcode::AtomicWrite,
     }
 }
 

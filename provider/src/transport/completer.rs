@@ -158,7 +158,7 @@ impl Completer {
                     }
                 }
                 Kind::Local => {}
-                Kind::Read | Kind::Atomic => {
+                Kind::Read | Kind::Atomic | Kind::Placement => {
                     if covered > w.done_pkts {
                         // The responder went past it, so its response was lost.
                         let psn = w.first_psn.wrapping_add(w.done_pkts);
@@ -312,7 +312,9 @@ impl Completer {
         let Some(i) = req.started.iter().position(|w| w.contains(psn)) else {
             return;
         };
-        if req.started[i].kind != Kind::Read {
+        // A READ's data, or the zero-length answer of a FLUSH or ATOMIC WRITE (IBTA vol. 1
+        // 1.5, memory placement extensions).
+        if !matches!(req.started[i].kind, Kind::Read | Kind::Placement) {
             return;
         }
         let first = req.started[i].first_psn;
@@ -325,7 +327,7 @@ impl Completer {
         let Some(w) = req.started.front_mut() else {
             return;
         };
-        if w.first_psn != first || w.kind != Kind::Read {
+        if w.first_psn != first || !matches!(w.kind, Kind::Read | Kind::Placement) {
             return;
         }
         let expected = w.first_psn.wrapping_add(w.done_pkts);
@@ -342,7 +344,11 @@ impl Completer {
         let k = w.done_pkts;
         let off = k * mtu;
         let last = k + 1 == w.npkts;
-        let want = if last { w.len - off } else { mtu };
+        let want = match w.kind {
+            Kind::Placement => 0,
+            _ if last => w.len - off,
+            _ => mtu,
+        };
         let ends = repr.info().is_some_and(|i| i.ends_message());
         if payload.len() as u32 != want || ends != last {
             // A response that does not fit the request (IBTA §9.7.5.1.4): the

@@ -11,7 +11,7 @@ use crate::wc::WcStatus;
 use crate::wr::{SendFlags, SendOp, SendWqe};
 use std::collections::VecDeque;
 use uroce_wire::{
-    AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Mtu, Opcode, Psn, RethRepr, RoceRepr,
+    AtomicEthRepr, BthRepr, FethRepr, IethRepr, ImmDtRepr, Mtu, Opcode, Psn, RethRepr, RoceRepr,
 };
 
 /// A request is sent with AckReq at the end of every message and, inside long messages,
@@ -40,6 +40,9 @@ pub(crate) enum Kind {
     Read,
     /// CmpSwap or FetchAdd: an ATOMIC Acknowledge carries the original value.
     Atomic,
+    /// FLUSH or ATOMIC WRITE (IBTA vol. 1 1.5, memory placement extensions): one request
+    /// packet, answered by a zero-length RDMA READ Response Only.
+    Placement,
     /// A memory window bind or a local invalidate: executed when the requester reaches
     /// it, without a packet or a PSN; it completes once every WQE before it has.
     Local,
@@ -52,13 +55,16 @@ impl Kind {
             SendOp::RdmaWrite { .. } | SendOp::RdmaWriteWithImm { .. } => Kind::Write,
             SendOp::RdmaRead { .. } => Kind::Read,
             SendOp::AtomicCmpAndSwp { .. } | SendOp::AtomicFetchAndAdd { .. } => Kind::Atomic,
+            SendOp::Flush { .. } | SendOp::AtomicWrite { .. } => Kind::Placement,
             SendOp::LocalInv { .. } | SendOp::BindMw { .. } => Kind::Local,
         }
     }
 
-    /// READs and atomics: limited by `max_rd_atomic`, waited for by FENCE.
+    /// READs, atomics, FLUSHes and ATOMIC WRITEs: each holds one of the responder's
+    /// resources until it is answered (IBTA §9.4.4; rxe counts FLUSH and ATOMIC WRITE
+    /// there too), so they are limited by `max_rd_atomic` and waited for by FENCE.
     pub(crate) fn is_rd_atomic(self) -> bool {
-        matches!(self, Kind::Read | Kind::Atomic)
+        matches!(self, Kind::Read | Kind::Atomic | Kind::Placement)
     }
 }
 
@@ -296,7 +302,7 @@ impl Requester {
             }
             let len = wqe.wr.total_len() as u32;
             let npkts = match kind {
-                Kind::Atomic => 1,
+                Kind::Atomic | Kind::Placement => 1,
                 _ => packets_for(len, ctx.mtu),
             };
             self.started.push_back(WqeTx {
@@ -448,6 +454,39 @@ impl Requester {
                     compare_data: 0,
                 });
                 (Opcode::RC_FETCH_ADD, 0, 0, true)
+            }
+            (
+                &SendOp::Flush {
+                    remote_addr,
+                    rkey,
+                    len,
+                    ty,
+                    level,
+                },
+                _,
+            ) => {
+                // IBTA vol. 1 1.5: FETH then RETH, no payload.
+                repr.feth = Some(FethRepr {
+                    placement_type: ty.bits(),
+                    selectivity_level: level as u8,
+                    reserved: 0,
+                });
+                repr.reth = Some(RethRepr {
+                    va: remote_addr,
+                    r_key: rkey,
+                    dma_len: len,
+                });
+                (Opcode::RC_FLUSH, 0, 0, true)
+            }
+            (&SendOp::AtomicWrite { remote_addr, rkey }, _) => {
+                // IBTA vol. 1 1.5: RETH with DMA length 8, then the 8 bytes (post time
+                // checked there are exactly 8).
+                repr.reth = Some(RethRepr {
+                    va: remote_addr,
+                    r_key: rkey,
+                    dma_len: 8,
+                });
+                (Opcode::RC_ATOMIC_WRITE, 0, 8, true)
             }
             _ => return Err(WcStatus::LocQpOpErr),
         };

@@ -36,13 +36,15 @@ pub enum RespError {
     /// An opcode that does not continue the message in progress, or starts one in the
     /// middle of another (IBTA §9.7.4.2.3, opcode sequence checks).
     OpcodeSequence,
-    /// An opcode the QP does not serve: not RC, FLUSH, ATOMIC WRITE, or an operation the
-    /// QP's access flags do not enable (rxe answers those with Invalid Request too).
+    /// An opcode the QP does not serve: not RC, an operation the QP's access flags do not
+    /// enable (rxe answers those with Invalid Request too), or a FLUSH whose FETH asks for
+    /// no or an unknown placement type or selectivity level (IBTA vol. 1 1.5).
     Unsupported,
     /// A payload length against the path MTU (First/Middle exactly the MTU, §9.7.7 C9-91..)
     /// or against the RETH's DMA length.
     BadLength,
-    /// An atomic request whose address is not 8-byte aligned (§9.4.5).
+    /// An atomic or ATOMIC WRITE request whose address is not 8-byte aligned (§9.4.5;
+    /// IBTA vol. 1 1.5 for ATOMIC WRITE; rxe NAKs both Invalid Request).
     MisalignedAtomic,
     /// An R_Key, bounds or rights violation (§9.7.4.1.4, §10.6.3).
     RemoteAccess(AccessFault),
@@ -135,8 +137,21 @@ pub(crate) enum RecvState {
 /// responder resources, `max_dest_rd_atomic` of them).
 #[derive(Debug, Clone, Copy)]
 enum Res {
-    Read { first: Psn, last: Psn, msn: u32 },
-    Atomic { psn: Psn, orig: u64, msn: u32 },
+    Read {
+        first: Psn,
+        last: Psn,
+        msn: u32,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
+    /// A FLUSH or ATOMIC WRITE: a duplicate is answered again, never executed again.
+    Placement {
+        psn: Psn,
+        msn: u32,
+    },
 }
 
 /// A response waiting to be sent, in order. `replay` marks the answers to duplicate
@@ -167,6 +182,21 @@ enum Out {
 }
 
 impl Out {
+    /// The answer to a FLUSH or ATOMIC WRITE at `psn`: a READ response of no bytes (one
+    /// RDMA READ Response Only packet with an AETH).
+    fn placement_response(psn: Psn, msn: u32, replay: bool) -> Out {
+        Out::Read {
+            first: psn,
+            next: 0,
+            npkts: 1,
+            mr: None,
+            va: 0,
+            len: 0,
+            msn,
+            replay,
+        }
+    }
+
     /// Whether this answers a new READ or atomic that still holds a responder resource.
     fn holds_resource(&self) -> bool {
         matches!(
@@ -243,8 +273,12 @@ impl Responder {
     /// destroyed QP still sends for requests it already executed. READ responses not yet
     /// sent are dropped (the requester retries them and meets a QP that no longer exists).
     pub fn keep_only_acks(&mut self) {
-        self.out
-            .retain(|o| matches!(o, Out::Ack { .. } | Out::AtomicAck { .. }));
+        self.out.retain(|o| {
+            matches!(
+                o,
+                Out::Ack { .. } | Out::AtomicAck { .. } | Out::Read { len: 0, .. }
+            )
+        });
     }
 
     /// Takes the receive WQE of a message in progress (to flush it).
@@ -378,6 +412,18 @@ impl Responder {
                     replay,
                 });
             }
+            // IBTA vol. 1 1.5 (oA19-14, oA19-15 for FLUSH): a duplicate FLUSH or ATOMIC
+            // WRITE found in the responder resources is answered again with its zero-length
+            // READ response, never executed twice; one no longer remembered is dropped.
+            Operation::Flush | Operation::AtomicWrite => {
+                let found = self.res.iter().find_map(|r| match *r {
+                    Res::Placement { psn: p, msn } if p == psn => Some(msn),
+                    _ => None,
+                });
+                if let Some(msn) = found {
+                    self.out.push_back(Out::placement_response(psn, msn, true));
+                }
+            }
             // A duplicate atomic gets the original value from the replay cache; it is never
             // executed twice (IBTA §9.4.5 / §9.7.5.1.2).
             Operation::CompareSwap | Operation::FetchAdd => {
@@ -432,6 +478,10 @@ impl Responder {
             Operation::RdmaWrite => Some(AccessFlags::REMOTE_WRITE),
             Operation::RdmaReadRequest => Some(AccessFlags::REMOTE_READ),
             Operation::CompareSwap | Operation::FetchAdd => Some(AccessFlags::REMOTE_ATOMIC),
+            // IBTA vol. 1 1.5: an ATOMIC WRITE is a write (rxe checks the QP's
+            // REMOTE_WRITE); a FLUSH needs only the region's FLUSH access.
+            Operation::AtomicWrite => Some(AccessFlags::REMOTE_WRITE),
+            Operation::Flush => None,
             _ => return self.fail(psn, RespError::Unsupported, actions),
         };
         if needs.is_some_and(|n| !ctx.access.contains(n)) {
@@ -442,9 +492,15 @@ impl Responder {
         // requester within its `max_rd_atomic` has received it only after that). With 0
         // granted, every READ and atomic is refused, as rxe does (some hardware rounds 0 up
         // to 1; uroce does not).
+        // FLUSH and ATOMIC WRITE hold a resource too (IBTA vol. 1 1.5; rxe's responder
+        // resources).
         if matches!(
             info.operation,
-            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd
+            Operation::RdmaReadRequest
+                | Operation::CompareSwap
+                | Operation::FetchAdd
+                | Operation::Flush
+                | Operation::AtomicWrite
         ) {
             let held = self.out.iter().filter(|o| o.holds_resource()).count();
             if held >= usize::from(ctx.max_dest_rd_atomic) {
@@ -629,6 +685,22 @@ impl Responder {
                     replay: false,
                 });
             }
+            Operation::Flush => {
+                let (Some(feth), Some(reth)) = (repr.feth, repr.reth) else {
+                    return;
+                };
+                if let Err(e) = execute_flush(ctx, &feth, &reth) {
+                    return self.fail(psn, e, actions);
+                }
+                self.placement_done(psn, ctx.max_dest_rd_atomic);
+            }
+            Operation::AtomicWrite => {
+                let Some(reth) = repr.reth else { return };
+                if let Err(e) = execute_atomic_write(ctx, &reth, payload) {
+                    return self.fail(psn, e, actions);
+                }
+                self.placement_done(psn, ctx.max_dest_rd_atomic);
+            }
             _ => unreachable!("filtered above"),
         }
         self.epsn = self.epsn.wrapping_add(npsn);
@@ -643,6 +715,17 @@ impl Responder {
                 },
             );
         }
+    }
+
+    /// A FLUSH or ATOMIC WRITE at `psn` was executed: it counts as a message, is
+    /// remembered for its duplicates and is answered by a zero-length RDMA READ Response
+    /// Only (IBTA vol. 1 1.5, as rxe answers both), which holds a responder resource until
+    /// it is sent.
+    fn placement_done(&mut self, psn: Psn, max_dest_rd_atomic: u8) {
+        self.msn = (self.msn + 1) & MSN_MASK;
+        let msn = self.msn;
+        self.remember(Res::Placement { psn, msn }, max_dest_rd_atomic);
+        self.out.push_back(Out::placement_response(psn, msn, false));
     }
 
     /// Builds the next response packet into `buf`. Returns its length and what it was
@@ -764,4 +847,74 @@ impl Responder {
         }
         Some((len, what))
     }
+}
+
+/// Executes a FLUSH (IBTA vol. 1 1.5, memory placement extensions; opcode 0x1C).
+///
+/// The FETH's placement type asks for global visibility (bit 0), persistence (bit 1) or
+/// both; the region or window of the RETH's R_Key must grant the matching FLUSH access
+/// (`IBV_ACCESS_FLUSH_GLOBAL`, `IBV_ACCESS_FLUSH_PERSISTENT`), else a Remote Access Error.
+/// Selectivity level 0 flushes the RETH's range (checked inside the region, even when
+/// empty), level 1 the whole region. Any other placement bit or level is an Invalid
+/// Request.
+///
+/// What it does: the responder executes requests in PSN order and every earlier WRITE,
+/// atomic and ATOMIC WRITE was placed when it was executed, so a sequentially consistent
+/// fence is all that is left for global visibility. uroce's regions are process memory
+/// (no persistent memory), so persistence is the same fence; the rights are still checked
+/// as a persistent-memory target would.
+fn execute_flush(
+    ctx: &RespCtx<'_>,
+    feth: &uroce_wire::FethRepr,
+    reth: &uroce_wire::RethRepr,
+) -> Result<(), RespError> {
+    const GLOBAL: u8 = 1;
+    const PERSISTENT: u8 = 1 << 1;
+    let ty = feth.placement_type;
+    if ty == 0 || ty & !(GLOBAL | PERSISTENT) != 0 || feth.selectivity_level > 1 {
+        return Err(RespError::Unsupported);
+    }
+    let mut needed = AccessFlags::empty();
+    if ty & GLOBAL != 0 {
+        needed |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if ty & PERSISTENT != 0 {
+        needed |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    let range = (feth.selectivity_level == 0).then_some((reth.va, u64::from(reth.dma_len)));
+    let mr = ctx
+        .dev
+        .with_mrs(|t| t.check_flush(ctx.pd, ctx.qpn, reth.r_key, range, needed))
+        .map_err(RespError::RemoteAccess)?;
+    if !mr.is_registered() {
+        return Err(RespError::RemoteAccess(AccessFault::InvalidKey {
+            key: reth.r_key,
+        }));
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Executes an ATOMIC WRITE (IBTA vol. 1 1.5, memory placement extensions; opcode 0x1D):
+/// the 8 payload bytes go to the 8 bytes at the RETH's address in one atomic store, after
+/// everything before it (requests execute in PSN order). Checks, in rxe's order: the
+/// R_Key grants REMOTE_WRITE over the RETH's range (Remote Access Error), the DMA length
+/// and the payload are 8 bytes (Invalid Request), the address is 8-byte aligned (Invalid
+/// Request).
+fn execute_atomic_write(
+    ctx: &RespCtx<'_>,
+    reth: &uroce_wire::RethRepr,
+    payload: &[u8],
+) -> Result<(), RespError> {
+    let mr = check_reth(ctx, reth, AccessFlags::REMOTE_WRITE).map_err(RespError::RemoteAccess)?;
+    let (Some(mr), Ok(data)) = (mr, <[u8; 8]>::try_from(payload)) else {
+        return Err(RespError::BadLength);
+    };
+    if reth.dma_len != 8 {
+        return Err(RespError::BadLength);
+    }
+    mr.atomic_write(reth.va, data).map_err(|f| match f {
+        AccessFault::Misaligned { .. } => RespError::MisalignedAtomic,
+        f => RespError::RemoteAccess(f),
+    })
 }

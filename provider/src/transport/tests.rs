@@ -23,6 +23,7 @@ use uroce_wire::{
 };
 
 mod mw;
+mod placement;
 
 const ALL: u32 = AccessFlags::LOCAL_WRITE.bits()
     | AccessFlags::REMOTE_WRITE.bits()

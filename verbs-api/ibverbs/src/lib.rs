@@ -64,7 +64,7 @@
 //!
 //! `struct verbs_context` (so the extended verbs, `ibv_create_cq_ex`, `ibv_query_device_ex`'s
 //! extended fields, the `ibv_wr_*` API fall back or fail with `EOPNOTSUPP`), zero-based
-//! memory windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`, ECE, dmabuf.
+//! memory windows, XRC, multicast, ECE, dmabuf.
 
 pub mod abi;
 pub mod cm;

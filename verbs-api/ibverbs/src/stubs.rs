@@ -24,13 +24,12 @@ macro_rules! stubs {
 }
 
 stubs! {
-    // IBVERBS_1.0 and 1.1: kernel struct copies, multicast, rereg, L2 resolution.
+    // IBVERBS_1.0 and 1.1: kernel struct copies, multicast, L2 resolution.
     ibv_copy_path_rec_from_kern -> () = nothing;
     ibv_copy_path_rec_to_kern -> () = nothing;
     ibv_copy_qp_attr_from_kern -> () = nothing;
     ibv_copy_ah_attr_from_kern -> () = nothing;
     ibv_register_driver -> () = nothing;
-    ibv_rereg_mr -> c_int = minus_one;
     ibv_resolve_eth_l2_from_gid -> c_int = errno_value;
     // IBVERBS_1.6 .. 1.14: the ibv_wr_* API, imports, dmabuf, ECE.
     ibv_qp_to_qp_ex -> *mut c_void = null;

@@ -70,7 +70,8 @@ impl Kind for UPd {
 
 /// A memory region.
 pub struct UMr {
-    mr: Mr,
+    /// Replaced by `ibv_rereg_mr`.
+    mr: Mutex<Mr>,
 }
 impl Kind for UMr {
     type C = ibv_mr;
@@ -744,7 +745,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
             lkey: mr.lkey(),
             rkey: mr.rkey(),
         };
-        Ok(Obj::into_c(cmr, UMr { mr }))
+        Ok(Obj::into_c(cmr, UMr { mr: Mutex::new(mr) }))
     })
 }
 
@@ -802,9 +803,84 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
         let m = unsafe { Obj::<UMr>::from_c(mr) }?;
-        m.k.mr.provider().try_deregister()?;
+        m.k.mr.lock().provider().try_deregister()?;
         // SAFETY: checked, and C gives it up.
         unsafe { Obj::<UMr>::free(mr) };
+        Ok(0)
+    })
+}
+
+/// `ibv_rereg_mr` flags (`enum ibv_rereg_mr_flags`).
+const REREG_CHANGE_TRANSLATION: c_int = 1;
+const REREG_CHANGE_PD: c_int = 1 << 1;
+const REREG_CHANGE_ACCESS: c_int = 1 << 2;
+/// `IBV_REREG_MR_ERR_INPUT`: the old MR is still valid (`enum ibv_rereg_mr_err_code`).
+const REREG_ERR_INPUT: c_int = -1;
+
+/// `ibv_rereg_mr(3)`: [`uroce_verbs::Mr::rereg_raw`] with what `flags` selects
+/// (`IBV_REREG_MR_CHANGE_TRANSLATION` 1: `addr`/`length`, `IBV_REREG_MR_CHANGE_PD` 2: `pd`,
+/// `IBV_REREG_MR_CHANGE_ACCESS` 4: `access`). On success `mr->lkey`, `mr->rkey` (new
+/// values; the old ones are refused from then on), and as changed `mr->pd`, `mr->addr`,
+/// `mr->length` are updated, and 0 is returned. On any error nothing changed, the old
+/// registration stays valid, `errno` says why (`EINVAL`: unknown flags, a translation
+/// with a NULL address or length 0, `access` without CHANGE_ACCESS, bad access bits, a PD
+/// of another device; `EBUSY`: memory windows are bound) and the return is
+/// `IBV_REREG_MR_ERR_INPUT` (-1), libibverbs' code for "the old MR is valid".
+///
+/// # Safety
+///
+/// `mr` as from `ibv_reg_mr`; `pd` as from `ibv_alloc_pd` with CHANGE_PD; with
+/// CHANGE_TRANSLATION, `addr..addr+length` as `ibv_reg_mr` requires.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    ffi!(|_| REREG_ERR_INPUT, {
+        // SAFETY: per the contract.
+        let m = unsafe { Obj::<UMr>::from_c(mr) }?;
+        let all = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+        let has = |f: c_int| flags & f != 0;
+        if flags & !all != 0
+            || (has(REREG_CHANGE_TRANSLATION) && (addr.is_null() || length == 0))
+            || (access != 0 && !has(REREG_CHANGE_ACCESS))
+        {
+            return Err(EINVAL);
+        }
+        let new_pd = if has(REREG_CHANGE_PD) {
+            // SAFETY: per the contract.
+            Some(unsafe { Obj::<UPd>::from_c(pd) }?)
+        } else {
+            None
+        };
+        let access = (access & !ACCESS_OPTIONAL_RANGE) as u32;
+        let translation = has(REREG_CHANGE_TRANSLATION).then_some((addr.cast(), length));
+        let mut guard = m.k.mr.lock();
+        // SAFETY: the translation's memory per the contract, as `ibv_reg_mr`'s.
+        unsafe {
+            guard.rereg_raw(
+                new_pd.map(|p| &p.k.pd),
+                translation,
+                has(REREG_CHANGE_ACCESS).then_some(access),
+            )
+        }?;
+        // SAFETY: `mr` is our live MR struct (checked by `from_c`); C reads the new values.
+        unsafe {
+            let c = &mut *mr;
+            c.lkey = guard.lkey();
+            c.rkey = guard.rkey();
+            if has(REREG_CHANGE_PD) {
+                c.pd = pd;
+            }
+            if has(REREG_CHANGE_TRANSLATION) {
+                c.addr = addr;
+                c.length = length;
+            }
+        }
         Ok(0)
     })
 }
@@ -853,20 +929,27 @@ unsafe extern "C" fn uroce_dealloc_mw(mw: *mut ibv_mw) -> c_int {
     })
 }
 
-/// The Rust API's view of a C `struct ibv_mw_bind_info` (`EINVAL` for an MR not ours).
+/// The region of a C `struct ibv_mw_bind_info` (`EINVAL` for an MR not ours): a clone of
+/// its current handle, which [`bind_info`] lends to the Rust API.
 ///
 /// # Safety
 ///
 /// `info.mr` is NULL or as from `ibv_reg_mr`.
-unsafe fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo<'_>, Errno> {
+unsafe fn bind_mr(info: &ibv_mw_bind_info) -> Result<Option<Mr>, Errno> {
     // SAFETY: per the contract.
     let mr = unsafe { Obj::<UMr>::from_c_opt(info.mr) }?;
-    Ok(MwBindInfo {
-        mr: mr.map(|m| &m.k.mr),
+    Ok(mr.map(|m| m.k.mr.lock().clone()))
+}
+
+/// The Rust API's view of a C `struct ibv_mw_bind_info` whose region is `mr` (from
+/// [`bind_mr`]).
+fn bind_info<'a>(mr: &'a Option<Mr>, info: &ibv_mw_bind_info) -> MwBindInfo<'a> {
+    MwBindInfo {
+        mr: mr.as_ref(),
         addr: info.addr,
         length: info.length,
         mw_access_flags: info.mw_access_flags,
-    })
+    }
 }
 
 /// `ibv_bind_mw(3)` (type 1; verbs.h has checked the type and the PDs): posts the bind WR
@@ -889,7 +972,8 @@ unsafe extern "C" fn uroce_bind_mw(
         // SAFETY: per the contract.
         let b = unsafe { mw_bind.as_ref() }.ok_or(EINVAL)?;
         // SAFETY: per the contract.
-        let info = unsafe { bind_info(&b.bind_info) }?;
+        let mr = unsafe { bind_mr(&b.bind_info) }?;
+        let info = bind_info(&mr, &b.bind_info);
         let flags = SendFlags::from_bits_truncate(b.send_flags);
         let rkey = q.k.qp.bind_mw(&w.k.mw, b.wr_id, flags, &info)?;
         // SAFETY: `mw` is a checked window; C reads the new key from it.
@@ -1002,17 +1086,23 @@ pub unsafe extern "C" fn ibv_create_cq(
     })
 }
 
-/// `ibv_resize_cq(3)`: not supported (`EOPNOTSUPP`).
+/// `ibv_resize_cq(3)`: [`uroce_verbs::Cq::resize`]; on success `cq->cqe` is the new
+/// size. `EINVAL` (nothing changed) for `cqe` below 1, above `max_cqe` or below the
+/// unpolled completions.
 ///
 /// # Safety
 ///
 /// `cq` as from `ibv_create_cq`.
 // Exported as `ibv_resize_cq@@IBVERBS_1.1` by compat.rs.
-pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        unsafe { Obj::<UCq>::from_c(cq) }?;
-        Err(EOPNOTSUPP)
+        let c = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
+        let n = c.k.cq.resize(cqe)?;
+        // SAFETY: `cq` is our live CQ struct (checked by `from_c`).
+        unsafe { (*cq).cqe = n as c_int };
+        Ok(0)
     })
 }
 
@@ -1567,7 +1657,8 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
             // SAFETY: per the contract (the window and its bind's MR are ours).
             let mw = unsafe { Obj::<UMw>::from_c(w.bind_mw.mw) }?;
             // SAFETY: as above.
-            let info = unsafe { bind_info(&w.bind_mw.bind_info) }?;
+            let mr = unsafe { bind_mr(&w.bind_mw.bind_info) }?;
+            let info = bind_info(&mr, &w.bind_mw.bind_info);
             return Ok(SendWr {
                 flags: SendFlags::from_bits_truncate(w.send_flags),
                 ..mw.k.mw.bind_wr(w.wr_id, w.bind_mw.rkey, &info)

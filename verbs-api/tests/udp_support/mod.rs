@@ -248,3 +248,14 @@ pub fn recv_wr(wr_id: u64, mr: &Mr, offset: u64, len: u32) -> RecvWr {
         sg_list: vec![mr.sge(offset, len)],
     }
 }
+
+/// Two RC ends with 64 KiB regions on devices at `a` and `b` over loopback UDP, connected
+/// to each other (PSNs 10 and 20).
+pub fn rc_pair(a: &str, b: &str) -> (End, End) {
+    let (ca, cb) = contexts(a, b, &UdpBackend::default());
+    let ea = end(&ca, QpType::Rc, 1 << 16);
+    let eb = end(&cb, QpType::Rc, 1 << 16);
+    connect(&ea, eb.remote(), 10, 20);
+    connect(&eb, ea.remote(), 20, 10);
+    (ea, eb)
+}

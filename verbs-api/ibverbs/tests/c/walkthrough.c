@@ -443,6 +443,47 @@ int main(void)
 		CHECK(ibv_dealloc_mw(mw2) == 0, "ibv_dealloc_mw type 2");
 	}
 
+	/* ibv_resize_cq and ibv_rereg_mr (the cases of pyverbs' test_cq.py and test_mr.py). */
+	{
+		struct ibv_cq *rcq = ibv_create_cq(a.ctx, 4, NULL, NULL, 0);
+		char *mem = calloc(1, 8192);
+		struct ibv_mr *m;
+		uint32_t l, r;
+
+		CHECK(rcq && mem, "ibv_create_cq for the resize");
+		CHECK(ibv_resize_cq(rcq, 32) == 0 && rcq->cqe == 32, "resize up: cqe %d", rcq->cqe);
+		CHECK(ibv_resize_cq(rcq, 2) == 0 && rcq->cqe == 2, "resize down: cqe %d", rcq->cqe);
+		CHECK(ibv_resize_cq(rcq, 0) == EINVAL && rcq->cqe == 2, "resize to 0");
+		CHECK(ibv_destroy_cq(rcq) == 0, "destroy the resized CQ");
+
+		m = ibv_reg_mr(a.pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(m, "ibv_reg_mr for the rereg");
+		l = m->lkey;
+		r = m->rkey;
+		CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) == 0 &&
+			      m->lkey != l && m->rkey != r && m->addr == mem,
+		      "rereg access: new keys, same memory");
+		CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, mem + 4096, 4096,
+				   0) == 0 && m->addr == mem + 4096 && m->length == 4096,
+		      "rereg translation");
+		l = m->lkey;
+		errno = 0;
+		CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, 0) ==
+				      IBV_REREG_MR_ERR_INPUT && errno == EINVAL &&
+			      m->addr == mem + 4096 && m->lkey == l,
+		      "rereg to a NULL address is refused and changes nothing");
+		CHECK(ibv_rereg_mr(m, 1 << 5, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
+			      errno == EINVAL, "an unknown rereg flag");
+		CHECK(ibv_rereg_mr(m, 0, NULL, NULL, 0, IBV_ACCESS_REMOTE_READ) ==
+			      IBV_REREG_MR_ERR_INPUT, "access without CHANGE_ACCESS");
+		CHECK(ibv_rereg_mr(m, IBV_REREG_MR_CHANGE_PD, b.pd, NULL, 0, 0) ==
+				      IBV_REREG_MR_ERR_INPUT && errno == EINVAL && m->pd == a.pd,
+		      "rereg onto a PD of another device");
+		CHECK(ibv_dereg_mr(m) == 0, "ibv_dereg_mr after rereg");
+		free(mem);
+	}
+
 	/* Objects still in use cannot be destroyed. */
 	CHECK(ibv_destroy_srq(b.srq) == EBUSY, "SRQ in use destroyed");
 	CHECK(ibv_destroy_cq(b.cq) == EBUSY, "CQ in use destroyed");
