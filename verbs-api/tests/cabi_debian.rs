@@ -774,7 +774,26 @@ perf_all_case!(perftest_send_lat_all_sizes, 69, 19139, "ib_send_lat");
 /// zero-copy receives into the program's buffer, a READ back, EBUSY destroys.
 #[test]
 fn c_walkthrough() {
-    let test = "c_walkthrough";
+    run_c_program(
+        "c_walkthrough",
+        "walkthrough",
+        "w0=127.0.72.1,w1=127.0.72.2",
+    );
+}
+
+/// uroce's C program of the extended verbs (`verbs-api/ibverbs/tests/c/extended.c`):
+/// `struct verbs_context`, `ibv_query_device_ex`, `ibv_create_cq_ex` and its poll
+/// functions, `ibv_create_qp_ex` and the `ibv_wr_*` calls (RC and UD), with the cases of
+/// rdma-core's pyverbs `test_cqex.py` and `test_qpex.py`.
+#[test]
+fn c_extended() {
+    run_c_program("c_extended", "extended", "x0=127.0.77.1,x1=127.0.77.2");
+}
+
+/// Compiles `verbs-api/ibverbs/tests/c/NAME.c` against the system's `<infiniband/verbs.h>`
+/// (linked against Debian's libibverbs), runs it on uroce's with `devices`, and expects
+/// exit 0 and "NAME: ok".
+fn run_c_program(test: &str, name: &str, devices: &str) {
     if library(test).is_none() {
         return;
     }
@@ -785,12 +804,12 @@ fn c_walkthrough() {
         );
         return;
     }
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/ibverbs/tests/c/walkthrough.c");
-    let exe = std::env::temp_dir().join(format!("uroce-walkthrough-{}", std::process::id()));
+    let src = format!("{}/ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::temp_dir().join(format!("uroce-{name}-{}", std::process::id()));
     let cc = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
         .arg(&exe)
-        .arg(src)
+        .arg(&src)
         .arg("-libverbs")
         .output();
     let cc = match cc {
@@ -802,14 +821,10 @@ fn c_walkthrough() {
     };
     assert!(cc.status.success(), "{}", text(&cc));
     let exe_s = exe.to_str().expect("a UTF-8 temp path");
-    let o = finish(
-        exec("w0=127.0.72.1,w1=127.0.72.2", exe_s, &[]),
-        "walkthrough",
-        RUN_FOR,
-    );
+    let o = finish(exec(devices, exe_s, &[]), name, RUN_FOR);
     let _ = std::fs::remove_file(&exe);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("walkthrough: ok"), "{}", text(&o));
+    assert!(text(&o).contains(&format!("{name}: ok")), "{}", text(&o));
 }
 
 /// What uroce does not have yet fails the way the programs expect of a device without it:

@@ -26,6 +26,12 @@
 //!   the boundary, and the `ffi!` panic boundary every exported function runs in.
 //! - [`verbs`]: each exported verb converts its arguments, calls `uroce_verbs`, converts
 //!   the result and sets `errno`; there is no second implementation of any verb.
+//! - [`ex`]: the extended interface. Every context is the `context` field of a
+//!   `struct verbs_context` (`abi_compat` is `__VERBS_ABI_IS_EXTENDED`), whose ops
+//!   `query_port`, `query_device_ex`, `create_cq_ex` and `create_qp_ex` are filled and the
+//!   rest NULL (their inline wrappers then fail with `EOPNOTSUPP` or fall back, as for any
+//!   device without them). Every CQ is a `struct ibv_cq_ex` with the poll functions
+//!   ([`uroce_verbs::Cq::start_poll`] underneath).
 //! - [`misc`]: enum names, rates, fork and sysfs helpers; [`stubs`]: the kernel and
 //!   provider interfaces, which fail with `EOPNOTSUPP`.
 //!
@@ -62,15 +68,18 @@
 //!
 //! ## Not there yet
 //!
-//! `struct verbs_context` (so the extended verbs, `ibv_create_cq_ex`, `ibv_query_device_ex`'s
-//! extended fields, the `ibv_wr_*` API fall back or fail with `EOPNOTSUPP`), zero-based
-//! memory windows, XRC, multicast, `ibv_resize_cq`, `ibv_rereg_mr`, ECE, dmabuf.
+//! Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, `_WALLCLOCK`, and
+//! `ibv_query_rt_values_ex`: uroce has no device clock, so `EOPNOTSUPP`), the other
+//! extended ops (flows, WQs, RSS, parent and thread domains, device memory, counters,
+//! `ibv_modify_cq`), zero-based memory windows, XRC, multicast, `ibv_resize_cq`,
+//! `ibv_rereg_mr`, ECE, dmabuf.
 
 pub mod abi;
 pub mod cm;
 pub mod cm_abi;
 mod compat;
 mod convert;
+pub mod ex;
 pub mod handle;
 pub mod misc;
 pub mod stubs;

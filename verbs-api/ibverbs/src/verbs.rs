@@ -54,7 +54,8 @@ pub struct UContext {
     opened_as: Option<String>,
 }
 impl Kind for UContext {
-    type C = ibv_context;
+    /// The `ibv_context` C holds is the struct's last field (`context`): see [`ctx`].
+    type C = verbs_context;
     const TAG: u64 = 0x7572_6f63_6563_7478; // "urocectx"
 }
 
@@ -137,9 +138,12 @@ pub struct UCq {
     pub(crate) cq: Cq,
     channel: Option<(CompChannel, ChannelCqs)>,
     shared: Arc<Shared>,
+    /// The `ibv_start_poll` cursor while a poll is open (see [`crate::ex`]).
+    pub(crate) poll: Mutex<Option<uroce_verbs::CqPoll>>,
 }
 impl Kind for UCq {
-    type C = ibv_cq;
+    /// C holds it as an `ibv_cq` too (the first field; `ibv_cq_ex_to_cq` is a cast).
+    type C = ibv_cq_ex;
     const TAG: u64 = 0x7572_6f63_6563_7120;
 }
 
@@ -360,7 +364,7 @@ pub(crate) fn context_to_c(
     device: *mut ibv_device,
     opened_as: Option<String>,
 ) -> *mut ibv_context {
-    let c = ibv_context {
+    let context = ibv_context {
         device,
         ops: ibv_context_ops {
             _compat_head: [0; 7],
@@ -381,21 +385,24 @@ pub(crate) fn context_to_c(
         async_fd: ctx.async_fd(),
         num_comp_vectors: 1,
         mutex: zeroed_mutex(),
-        abi_compat: ptr::null_mut(),
+        abi_compat: VERBS_ABI_IS_EXTENDED,
     };
+    let c = crate::ex::verbs_context(context);
     let shared = Arc::new(Shared {
         max_sge: ctx.query_device().max_sge,
         max_inline: ctx.query_device().max_inline_data,
         ..Shared::default()
     });
-    Obj::into_c(
+    let p = Obj::into_c(
         c,
         UContext {
             ctx,
             shared,
             opened_as,
         },
-    )
+    );
+    // SAFETY: `p` is the struct just made; C holds its `context` field.
+    unsafe { ptr::addr_of_mut!((*p).context) }
 }
 
 /// The device of the list whose address is `ctx`'s.
@@ -422,25 +429,33 @@ pub(crate) fn device_of_context(ctx: &Context) -> Result<*mut ibv_device, Errno>
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let c = unsafe { Obj::<UContext>::from_c(context) }?;
+        let c = unsafe { ctx(context) }?;
         let Some(name) = &c.k.opened_as else {
             return Ok(0);
         };
         opened().lock().remove(name);
         // SAFETY: checked above, and C gives it up.
-        unsafe { Obj::<UContext>::free(context) };
+        unsafe { Obj::<UContext>::free(c.c()) };
         Ok(0)
     })
 }
 
-/// The context behind a pointer.
+/// The context behind a pointer: C holds the `context` field of a [`verbs_context`],
+/// found from it as `verbs_get_ctx` does (container_of).
 ///
 /// # Safety
 ///
-/// As [`Obj::from_c`].
-unsafe fn ctx<'a>(p: *mut ibv_context) -> Result<&'a Obj<UContext>, Errno> {
+/// As [`Obj::from_c`], for the `verbs_context` around `p`.
+pub(crate) unsafe fn ctx<'a>(p: *mut ibv_context) -> Result<&'a Obj<UContext>, Errno> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    let v = p
+        .cast::<u8>()
+        .wrapping_sub(core::mem::offset_of!(verbs_context, context))
+        .cast::<verbs_context>();
     // SAFETY: forwarded.
-    unsafe { Obj::from_c(p) }
+    unsafe { Obj::from_c(v) }
 }
 
 /// `ibv_query_device(3)`.
@@ -459,12 +474,20 @@ pub unsafe extern "C" fn ibv_query_device(
         if attr.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: the context's device is one of the list's.
-        let guid = unsafe { Obj::<UDevice>::from_c((*c.c()).device) }?.k.guid;
         // SAFETY: writable per the contract.
-        unsafe { attr.write(device_attr(&c.k.ctx.query_device(), guid)) };
+        unsafe { attr.write(device_attr_of(c)?) };
         Ok(0)
     })
+}
+
+/// The `ibv_device_attr` of an open context (`ibv_query_device`, `orig_attr` of
+/// `ibv_query_device_ex`).
+pub(crate) fn device_attr_of(c: &Obj<UContext>) -> Result<ibv_device_attr, Errno> {
+    // SAFETY: our live context; its device is one of the list's, which live forever.
+    let guid = unsafe { Obj::<UDevice>::from_c((*c.c()).context.device) }?
+        .k
+        .guid;
+    Ok(device_attr(&c.k.ctx.query_device(), guid))
 }
 
 /// `ibv_query_port@IBVERBS_1.1`: fills the `_compat_ibv_port_attr` prefix (48 bytes) of
@@ -480,23 +503,8 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    ffi!(errno_value, {
-        // SAFETY: per the contract.
-        let c = unsafe { ctx(context) }?;
-        if attr.is_null() {
-            return Err(EINVAL);
-        }
-        let p = port_attr(&c.k.ctx.query_port(port_num)?);
-        // SAFETY: `attr` has the compat prefix's bytes writable; `p` is a whole struct.
-        unsafe {
-            ptr::copy_nonoverlapping(
-                (&p as *const ibv_port_attr).cast::<u8>(),
-                attr.cast::<u8>(),
-                COMPAT_PORT_ATTR_LEN,
-            )
-        };
-        Ok(0)
-    })
+    // SAFETY: forwarded; the compat prefix's bytes are writable.
+    unsafe { crate::ex::uroce_query_port(context, port_num, attr, COMPAT_PORT_ATTR_LEN) }
 }
 
 /// `ibv_query_gid(3)`: 0, or -1 with `errno` `EINVAL` (no such port or index).
@@ -965,41 +973,61 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     ffi!(null, {
-        // SAFETY: per the contract.
-        let c = unsafe { ctx(context) }?;
-        // SAFETY: per the contract.
-        let ch = unsafe { Obj::<UChannel>::from_c_opt(channel) }?;
         let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
-        if comp_vector != 0 {
-            return Err(EINVAL);
-        }
-        let cq = c.k.ctx.create_cq(cqe, ch.map(|ch| &ch.k.ch))?;
-        let ccq = ibv_cq {
-            context,
-            channel,
-            cq_context,
-            handle: cq.provider().id(),
-            cqe: cq.cqe() as c_int,
-            mutex: zeroed_mutex(),
-            cond: zeroed_cond(),
-            comp_events_completed: 0,
-            async_events_completed: 0,
-        };
-        let id = cq.provider().id();
-        let p = Obj::into_c(
-            ccq,
-            UCq {
-                cq: cq.clone(),
-                channel: ch.map(|ch| (ch.k.ch.clone(), ch.k.cqs.clone())),
-                shared: c.k.shared.clone(),
-            },
-        );
-        if let Some(ch) = ch {
-            ch.k.cqs.lock().push((cq, p as usize));
-        }
-        c.k.shared.cqs.lock().insert(id, p as usize);
-        Ok(p)
+        let comp_vector = u32::try_from(comp_vector).map_err(|_| EINVAL)?;
+        // SAFETY: per the contract.
+        let p = unsafe { create_cq_with(context, cqe, cq_context, channel, comp_vector) }?;
+        Ok(p.cast())
     })
+}
+
+/// What `ibv_create_cq` and `ibv_create_cq_ex` share: a CQ of `cqe` entries, as an
+/// `ibv_cq_ex` (with the poll functions of [`crate::ex`]).
+///
+/// # Safety
+///
+/// As [`ibv_create_cq`].
+pub(crate) unsafe fn create_cq_with(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+) -> Result<*mut ibv_cq_ex, Errno> {
+    // SAFETY: per the contract.
+    let c = unsafe { ctx(context) }?;
+    // SAFETY: per the contract.
+    let ch = unsafe { Obj::<UChannel>::from_c_opt(channel) }?;
+    if comp_vector != 0 {
+        return Err(EINVAL);
+    }
+    let cq = c.k.ctx.create_cq(cqe, ch.map(|ch| &ch.k.ch))?;
+    let ccq = ibv_cq {
+        context,
+        channel,
+        cq_context,
+        handle: cq.provider().id(),
+        cqe: cq.cqe() as c_int,
+        mutex: zeroed_mutex(),
+        cond: zeroed_cond(),
+        comp_events_completed: 0,
+        async_events_completed: 0,
+    };
+    let id = cq.provider().id();
+    let p = Obj::into_c(
+        crate::ex::cq_ex(ccq),
+        UCq {
+            cq: cq.clone(),
+            channel: ch.map(|ch| (ch.k.ch.clone(), ch.k.cqs.clone())),
+            shared: c.k.shared.clone(),
+            poll: Mutex::new(None),
+        },
+    );
+    if let Some(ch) = ch {
+        ch.k.cqs.lock().push((cq, p as usize));
+    }
+    c.k.shared.cqs.lock().insert(id, p as usize);
+    Ok(p)
 }
 
 /// `ibv_resize_cq(3)`: not supported (`EOPNOTSUPP`).
@@ -1011,7 +1039,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        unsafe { Obj::<UCq>::from_c(cq) }?;
+        unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         Err(EOPNOTSUPP)
     })
 }
@@ -1025,7 +1053,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, _cqe: c_int) -> c_int {
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         q.k.cq
             .clone()
             .destroy()
@@ -1035,7 +1063,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         q.k.shared.cqs.lock().remove(&q.k.cq.provider().id());
         // SAFETY: checked, and C gives it up.
-        unsafe { Obj::<UCq>::free(cq) };
+        unsafe { Obj::<UCq>::free(cq.cast()) };
         Ok(0)
     })
 }
@@ -1050,7 +1078,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     ffi!(neg_errno, {
         // SAFETY: C passes a CQ of this library.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         let want = usize::try_from(num_entries).map_err(|_| EINVAL)?;
         if want > 0 && wc.is_null() {
             return Err(EINVAL);
@@ -1080,7 +1108,7 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
 unsafe extern "C" fn uroce_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a CQ of this library.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         q.k.cq.req_notify_cq(solicited_only != 0);
         Ok(0)
     })
@@ -1142,7 +1170,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     ffi!(nothing, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         if let Some((ch, _)) = &q.k.channel {
             ch.ack_cq_events(&q.k.cq, nevents);
         }
@@ -1342,8 +1370,8 @@ pub(crate) unsafe fn create_qp_with(
     // SAFETY: per the contract.
     let (send_cq, recv_cq) = unsafe {
         (
-            Obj::<UCq>::from_c(ia.send_cq)?,
-            Obj::<UCq>::from_c(ia.recv_cq)?,
+            Obj::<UCq>::from_c(ia.send_cq.cast())?,
+            Obj::<UCq>::from_c(ia.recv_cq.cast())?,
         )
     };
     // SAFETY: per the contract.
