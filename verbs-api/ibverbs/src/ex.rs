@@ -41,7 +41,7 @@ pub(crate) fn verbs_context(context: ibv_context) -> verbs_context {
         _priv: 0,
         query_device_ex: Some(uroce_query_device_ex),
         _unused_b: [0; 5],
-        create_qp_ex: None,
+        create_qp_ex: Some(crate::wr::uroce_create_qp_ex),
         _unused_c: [0; 5],
         sz: size_of::<verbs_context>(),
         context,

@@ -32,6 +32,8 @@
 //!   rest NULL (their inline wrappers then fail with `EOPNOTSUPP` or fall back, as for any
 //!   device without them). Every CQ is a `struct ibv_cq_ex` with the poll functions
 //!   ([`uroce_verbs::Cq::start_poll`] underneath).
+//! - [`wr`]: `ibv_create_qp_ex` and the `ibv_wr_*` calls, over the Rust API's
+//!   `SendBatch` and `Qp::post_batch` (all or nothing).
 //! - [`misc`]: enum names, rates, fork and sysfs helpers; [`stubs`]: the kernel and
 //!   provider interfaces, which fail with `EOPNOTSUPP`.
 //!
@@ -45,7 +47,11 @@
 //! - Undefined, as in libibverbs, and not caught: a pointer to freed memory that has been
 //!   reused, a pointer that is not a libibverbs object at all (the tag check reads past
 //!   it), a WR chain that loops, SGE lists or buffers shorter than their counts say,
-//!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`.
+//!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`;
+//!   reading `ibv_wc_read_*` outside `ibv_start_poll` .. `ibv_end_poll` (uroce returns 0s)
+//!   and `ibv_wr_*` builders outside one's own `ibv_wr_start` .. `ibv_wr_complete` (uroce
+//!   ignores them) are undefined in libibverbs too; a setter before any builder fails the
+//!   batch with `EINVAL` at `ibv_wr_complete`.
 //!
 //! ## Behaviour worth knowing
 //!
@@ -84,3 +90,4 @@ pub mod handle;
 pub mod misc;
 pub mod stubs;
 pub mod verbs;
+pub mod wr;

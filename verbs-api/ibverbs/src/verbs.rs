@@ -40,8 +40,8 @@ pub struct Shared {
     qps: Mutex<HashMap<u32, usize>>,
     cqs: Mutex<HashMap<u32, usize>>,
     srqs: Mutex<HashMap<u32, usize>>,
-    max_sge: u32,
-    max_inline: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) max_inline: u32,
 }
 
 /// An open device.
@@ -54,7 +54,8 @@ pub struct UContext {
     opened_as: Option<String>,
 }
 impl Kind for UContext {
-    /// The `ibv_context` C holds is the struct's last field (`context`): see [`ctx`].
+    /// The `ibv_context` C holds is the struct's last field (`context`), found from it as
+    /// `verbs_get_ctx` does.
     type C = verbs_context;
     const TAG: u64 = 0x7572_6f63_6563_7478; // "urocectx"
 }
@@ -80,7 +81,7 @@ impl Kind for UMr {
 
 /// A memory window.
 pub struct UMw {
-    mw: Mw,
+    pub(crate) mw: Mw,
 }
 impl Kind for UMw {
     type C = ibv_mw;
@@ -150,15 +151,19 @@ impl Kind for UCq {
 /// A queue pair.
 pub struct UQp {
     pub(crate) qp: Qp,
-    qp_type: QpType,
+    pub(crate) qp_type: QpType,
     sq_sig_all: bool,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     /// The rdma_cm id whose QP this is (`rdma_create_qp`): `ibv_destroy_qp` takes it
     /// back from the id, so that the id does not keep it (and its CQs and PD) busy.
     cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
+    /// The `ibv_wr_*` state of a QP created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+    /// (`ibv_qp_to_qp_ex` gives those alone out; see [`crate::wr`]).
+    pub(crate) wr: Option<crate::wr::WrState>,
 }
 impl Kind for UQp {
-    type C = ibv_qp;
+    /// C holds it as an `ibv_qp` too (the first field).
+    type C = ibv_qp_ex;
     const TAG: u64 = 0x7572_6f63_6571_7020;
 }
 
@@ -174,7 +179,7 @@ impl Kind for USrq {
 
 /// An address handle.
 pub struct UAh {
-    ah: uroce_verbs::Ah,
+    pub(crate) ah: uroce_verbs::Ah,
 }
 impl Kind for UAh {
     type C = ibv_ah;
@@ -866,7 +871,7 @@ unsafe extern "C" fn uroce_dealloc_mw(mw: *mut ibv_mw) -> c_int {
 /// # Safety
 ///
 /// `info.mr` is NULL or as from `ibv_reg_mr`.
-unsafe fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo<'_>, Errno> {
+pub(crate) unsafe fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo<'_>, Errno> {
     // SAFETY: per the contract.
     let mr = unsafe { Obj::<UMr>::from_c_opt(info.mr) }?;
     Ok(MwBindInfo {
@@ -893,7 +898,7 @@ unsafe extern "C" fn uroce_bind_mw(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let (q, w) = unsafe { (Obj::<UQp>::from_c(qp)?, Obj::<UMw>::from_c(mw)?) };
+        let (q, w) = unsafe { (Obj::<UQp>::from_c(qp.cast())?, Obj::<UMw>::from_c(mw)?) };
         // SAFETY: per the contract.
         let b = unsafe { mw_bind.as_ref() }.ok_or(EINVAL)?;
         // SAFETY: per the contract.
@@ -1341,7 +1346,7 @@ pub unsafe extern "C" fn ibv_create_qp(
 ) -> *mut ibv_qp {
     ffi!(null, {
         // SAFETY: per the contract.
-        unsafe { create_qp_with(pd, init_attr, None, |p, init| Ok(p.create_qp(init)?)) }
+        unsafe { create_qp_with(pd, init_attr, None, None, |p, init| Ok(p.create_qp(init)?)) }
     })
 }
 
@@ -1357,6 +1362,7 @@ pub(crate) unsafe fn create_qp_with(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
     cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
+    wr: Option<crate::wr::WrState>,
     make: impl FnOnce(&Pd, &QpInitAttr<'_>) -> Result<Qp, Errno>,
 ) -> Result<*mut ibv_qp, Errno> {
     // SAFETY: per the contract.
@@ -1408,17 +1414,18 @@ pub(crate) unsafe fn create_qp_with(
         events_completed: 0,
     };
     let q = Obj::into_c(
-        cqp,
+        crate::wr::qp_ex(cqp),
         UQp {
             qp,
             qp_type,
             sq_sig_all,
             shared: p.k.shared.clone(),
             cm_id,
+            wr,
         },
     );
     p.k.shared.qps.lock().insert(qpn, q as usize);
-    Ok(q)
+    Ok(q.cast())
 }
 
 /// `ibv_modify_qp(3)` (IBTA §11.2.5.2): a refusal (missing or disallowed attribute for the
@@ -1435,7 +1442,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         if attr.is_null() {
             return Err(EINVAL);
         }
@@ -1443,7 +1450,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let (a, mask) = qp_attr_from_c(unsafe { &*attr }, attr_mask)?;
         q.k.qp.modify(&a, mask)?;
         // SAFETY: the C struct is ours; libibverbs keeps `state` current the same way.
-        unsafe { (*q.c()).state = q.k.qp.state() as u32 };
+        unsafe { (*q.c()).qp_base.state = q.k.qp.state() as u32 };
         Ok(0)
     })
 }
@@ -1462,7 +1469,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         if attr.is_null() || init_attr.is_null() {
             return Err(EINVAL);
         }
@@ -1472,10 +1479,10 @@ pub unsafe extern "C" fn ibv_query_qp(
         unsafe {
             attr.write(qp_attr_to_c(&a));
             init_attr.write(ibv_qp_init_attr {
-                qp_context: (*c).qp_context,
-                send_cq: (*c).send_cq,
-                recv_cq: (*c).recv_cq,
-                srq: (*c).srq,
+                qp_context: (*c).qp_base.qp_context,
+                send_cq: (*c).qp_base.send_cq,
+                recv_cq: (*c).qp_base.recv_cq,
+                srq: (*c).qp_base.srq,
                 cap: cap_to_c(&a.cap),
                 qp_type: q.k.qp_type as u32,
                 sq_sig_all: q.k.sq_sig_all.into(),
@@ -1498,7 +1505,7 @@ const DESTROY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         let qpn = q.k.qp.qp_num();
         q.k.shared.qps.lock().remove(&qpn);
         // A QP of rdma_create_qp: its id lets go of it too (when the id still has it).
@@ -1509,7 +1516,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         let provider = Arc::downgrade(q.k.qp.provider());
         // SAFETY: checked, and C gives it up.
-        unsafe { Obj::<UQp>::free(qp) };
+        unsafe { Obj::<UQp>::free(qp.cast()) };
         // The progress engine may hold the provider QP for a moment (it looks QPs up by
         // number for each packet): wait until that ends, so that the QP's CQs, SRQ and PD
         // are released when this returns, as C programs expect (they destroy those next,
@@ -1528,7 +1535,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// # Safety
 ///
 /// `sg_list` has `num_sge` readable entries.
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Result<Vec<Sge>, Errno> {
+pub(crate) unsafe fn sges(
+    sg_list: *const ibv_sge,
+    num_sge: c_int,
+    max_sge: u32,
+) -> Result<Vec<Sge>, Errno> {
     let n = usize::try_from(num_sge).map_err(|_| EINVAL)?;
     if n == 0 {
         return Ok(Vec::new());
@@ -1616,21 +1627,8 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
     let flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: per the contract.
     let sg_list = unsafe { sges(w.sg_list, w.num_sge, q.shared.max_sge) }?;
-    // IBV_SEND_INLINE: libibverbs copies the bytes from the SGE addresses now and checks
-    // no L_Key (the memory need not be registered). Beyond the device's max_inline_data
-    // nothing is read: the Rust API refuses the WR by its SGE lengths.
-    let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
-    let inline_data =
-        (flags.contains(SendFlags::INLINE) && total <= u64::from(q.shared.max_inline)).then(|| {
-            let mut data = Vec::with_capacity(total as usize);
-            for s in sg_list.iter().filter(|s| s.length > 0) {
-                // SAFETY: readable per the contract.
-                data.extend_from_slice(unsafe {
-                    core::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-                });
-            }
-            data
-        });
+    // SAFETY: readable per the contract when INLINE.
+    let inline_data = unsafe { inline_bytes(flags, &sg_list, q.shared.max_inline) };
     Ok(SendWr {
         wr_id: w.wr_id,
         sg_list,
@@ -1638,6 +1636,32 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
         flags,
         ud,
         inline_data,
+    })
+}
+
+/// The bytes of an `IBV_SEND_INLINE` WR (`None` without the flag): libibverbs copies
+/// them from the SGE addresses at post time and checks no L_Key (the memory need not be
+/// registered). Beyond `max_inline` nothing is read: the Rust API refuses the WR by its
+/// SGE lengths.
+///
+/// # Safety
+///
+/// With INLINE, each SGE's `length` bytes at `addr` are readable.
+pub(crate) unsafe fn inline_bytes(
+    flags: SendFlags,
+    sg_list: &[Sge],
+    max_inline: u32,
+) -> Option<Vec<u8>> {
+    let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
+    (flags.contains(SendFlags::INLINE) && total <= u64::from(max_inline)).then(|| {
+        let mut data = Vec::with_capacity(total as usize);
+        for s in sg_list.iter().filter(|s| s.length > 0) {
+            // SAFETY: readable per the contract.
+            data.extend_from_slice(unsafe {
+                core::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+            });
+        }
+        data
     })
 }
 
@@ -1732,7 +1756,7 @@ unsafe extern "C" fn uroce_post_send(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a QP of this library.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         // SAFETY: C passes a chain of valid WRs.
         unsafe {
             post_chain(
@@ -1754,7 +1778,7 @@ unsafe extern "C" fn uroce_post_recv(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a QP of this library.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         // SAFETY: C passes a chain of valid WRs.
         unsafe { post_recv_chain(wr, bad_wr, q.k.shared.max_sge, |w| q.k.qp.post_recv(w)) }
     })

@@ -12,6 +12,12 @@
  *     SEND_WITH_IMM and RDMA WRITE completions; ENOENT on an empty CQ, and after an
  *     ENOENT from ibv_next_poll and ibv_end_poll no old entry comes back; completions
  *     not reached by a poll stay for ibv_poll_cq; a CQ ex on a completion channel;
+ *   - ibv_create_qp_ex with send_ops_flags (TSO, and READ on UD, refused), ibv_qp_to_qp_ex
+ *     (NULL for a QP of ibv_create_qp), and the ibv_wr_* calls over RC: a WRITE from an
+ *     SGE list and a SEND_WITH_IMM of an inline buffer list in one batch (both
+ *     concatenated, as the man page says; rxe does not), a READ back, both atomics,
+ *     ibv_wr_abort, a batch with a bad WR posting nothing, ATOMIC WRITE refused; and UD
+ *     SENDs with ibv_wr_set_ud_addr, whose receive reports the sender's QPN as src_qp;
  *
  * Prints "extended: ok" and exits 0, or names the failed check and exits 1.
  * MIT OR Apache-2.0, like the rest of uroce. */
@@ -317,6 +323,199 @@ static void cq_ex_cases(struct end *a, struct end *b)
 	}
 }
 
+static struct ibv_qp *create_qp_ex(struct end *e, enum ibv_qp_type type, uint64_t ops)
+{
+	struct ibv_qp_init_attr_ex qa = {
+		.send_cq = e->cq,
+		.recv_cq = e->cq,
+		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 4,
+			 .max_recv_sge = 4, .max_inline_data = 64 },
+		.qp_type = type,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = e->pd,
+		.send_ops_flags = ops,
+	};
+
+	return ibv_create_qp_ex(e->ctx, &qa);
+}
+
+#define RC_OPS                                                                 \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |            \
+	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |      \
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_SEND)
+
+/* The ibv_wr_* cases over RC QPs of ibv_create_qp_ex (on the ends' CQs, empty now). */
+static void qp_ex_cases(struct end *a, struct end *b)
+{
+	struct ibv_qp *qa, *qb;
+	struct ibv_qp_ex *x;
+	struct ibv_wc wc[4];
+	uint64_t *remote = (uint64_t *)(b->buf + 16384), *local = (uint64_t *)(a->buf + 16384);
+
+	CHECK(ibv_qp_to_qp_ex(a->qp) == NULL, "qp_ex of a QP of ibv_create_qp");
+	errno = 0;
+	CHECK(!create_qp_ex(a, IBV_QPT_RC, IBV_QP_EX_WITH_TSO) && errno == EOPNOTSUPP, "TSO");
+	errno = 0;
+	CHECK(!create_qp_ex(a, IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_READ) && errno == EOPNOTSUPP,
+	      "a READ on UD");
+	qa = create_qp_ex(a, IBV_QPT_RC, RC_OPS);
+	qb = create_qp_ex(b, IBV_QPT_RC, RC_OPS);
+	CHECK(qa && qb, "ibv_create_qp_ex");
+	connect_qp(qa, qb->qp_num, &b->gid);
+	connect_qp(qb, qa->qp_num, &a->gid);
+	x = ibv_qp_to_qp_ex(qa);
+	CHECK(x && &x->qp_base == qa, "ibv_qp_to_qp_ex");
+
+	/* One batch: a WRITE of two SGEs, then a SEND_WITH_IMM of two inline buffers. */
+	{
+		struct ibv_sge list[2] = { { (uintptr_t)a->buf, 3, a->mr->lkey },
+					   { (uintptr_t)a->buf + 100, 5, a->mr->lkey } };
+		struct ibv_data_buf bufs[2] = { { (void *)"inl", 3 }, { (void *)"ine!", 4 } };
+
+		memcpy(a->buf, "abc", 3);
+		memcpy(a->buf + 100, "defgh", 5);
+		post_recv(qb, b, 60, 0, 64);
+		ibv_wr_start(x);
+		x->wr_id = 61;
+		x->wr_flags = 0;
+		ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf + 1000);
+		ibv_wr_set_sge_list(x, 2, list);
+		x->wr_id = 62;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send_imm(x, htonl(0x77));
+		ibv_wr_set_inline_data_list(x, 2, bufs);
+		CHECK(ibv_wr_complete(x) == 0, "ibv_wr_complete");
+		poll_n(a->cq, wc, 1);
+		CHECK(wc[0].wr_id == 62 && wc[0].opcode == IBV_WC_SEND, "the signaled WR alone");
+		poll_n(b->cq, wc, 1);
+		CHECK(wc[0].wr_id == 60 && wc[0].byte_len == 7 && ntohl(wc[0].imm_data) == 0x77,
+		      "inline list: %u bytes", wc[0].byte_len);
+		CHECK(!memcmp(b->buf, "inline!", 7), "the inline buffers concatenated");
+		CHECK(!memcmp(b->buf + 1000, "abcdefgh", 8), "the SGE list concatenated");
+	}
+	/* A READ back, then both atomics. */
+	{
+		*remote = 40;
+		ibv_wr_start(x);
+		x->wr_id = 70;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_read(x, b->mr->rkey, (uintptr_t)b->buf + 1000);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf + 2000, 8);
+		x->wr_id = 71;
+		ibv_wr_atomic_fetch_add(x, b->mr->rkey, (uintptr_t)remote, 2);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)local, 8);
+		x->wr_id = 72;
+		ibv_wr_atomic_cmp_swp(x, b->mr->rkey, (uintptr_t)remote, 42, 99);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)(local + 1), 8);
+		CHECK(ibv_wr_complete(x) == 0, "ibv_wr_complete");
+		poll_n(a->cq, wc, 3);
+		CHECK(wc[0].wr_id == 70 && wc[1].wr_id == 71 && wc[2].wr_id == 72 &&
+			      wc[1].opcode == IBV_WC_FETCH_ADD && wc[2].opcode == IBV_WC_COMP_SWAP,
+		      "READ and atomic completions");
+		CHECK(!memcmp(a->buf + 2000, "abcdefgh", 8), "READ");
+		CHECK(local[0] == 40 && local[1] == 42 && *remote == 99,
+		      "atomics: fetched %llu, compared %llu, now %llu",
+		      (unsigned long long)local[0], (unsigned long long)local[1],
+		      (unsigned long long)*remote);
+	}
+	/* Aborted, a bad WR, ATOMIC WRITE: nothing of those batches is posted. */
+	{
+		struct ibv_sge five[5];
+		uint8_t eight[8] = { 0 };
+		int i;
+
+		for (i = 0; i < 5; i++)
+			five[i] = (struct ibv_sge){ (uintptr_t)a->buf, 1, a->mr->lkey };
+		post_recv(qb, b, 80, 0, 64);
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_start(x);
+		x->wr_id = 81;
+		ibv_wr_send(x);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 1);
+		ibv_wr_abort(x);
+		ibv_wr_start(x);
+		x->wr_id = 82;
+		ibv_wr_send(x);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 2);
+		x->wr_id = 83;
+		ibv_wr_send(x);
+		ibv_wr_set_sge_list(x, 5, five);
+		CHECK(ibv_wr_complete(x) == EINVAL, "5 SGEs on a QP of 4");
+		ibv_wr_start(x);
+		x->wr_id = 84;
+		ibv_wr_atomic_write(x, b->mr->rkey, (uintptr_t)remote, eight);
+		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
+		CHECK(ibv_wr_complete(x) == EINVAL, "ATOMIC WRITE (not in uroce yet)");
+		ibv_wr_start(x);
+		x->wr_id = 85;
+		ibv_wr_send(x);
+		ibv_wr_set_inline_data(x, "x", 1);
+		CHECK(ibv_wr_complete(x) == 0, "ibv_wr_complete");
+		poll_n(a->cq, wc, 1);
+		CHECK(wc[0].wr_id == 85, "completion of WR %llu: an earlier batch was posted",
+		      (unsigned long long)wc[0].wr_id);
+		poll_n(b->cq, wc, 1);
+		CHECK(wc[0].wr_id == 80 && wc[0].byte_len == 1, "one receive, of WR 85");
+	}
+	CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
+}
+
+/* UD SENDs with ibv_wr_set_ud_addr; the receive (40 bytes of GRH first) read by the
+ * poll functions reports the sender's QPN. */
+static void ud_cases(struct end *a, struct end *b)
+{
+	struct ibv_qp *qa = create_qp_ex(a, IBV_QPT_UD, IBV_QP_EX_WITH_SEND),
+		      *qb = create_qp_ex(b, IBV_QPT_UD, IBV_QP_EX_WITH_SEND);
+	struct ibv_qp *qps[2] = { qa, qb };
+	struct ibv_ah_attr ah_attr = { .is_global = 1, .port_num = 1 };
+	struct ibv_qp_ex *x;
+	struct ibv_ah *ah;
+	struct ibv_wc wc;
+	int i;
+
+	CHECK(qa && qb, "UD ibv_create_qp_ex");
+	for (i = 0; i < 2; i++) {
+		struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1,
+					  .qkey = 0x1111 };
+
+		CHECK(ibv_modify_qp(qps[i], &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+							 IBV_QP_PORT | IBV_QP_QKEY) == 0,
+		      "UD INIT");
+		at.qp_state = IBV_QPS_RTR;
+		CHECK(ibv_modify_qp(qps[i], &at, IBV_QP_STATE) == 0, "UD RTR");
+		at.qp_state = IBV_QPS_RTS;
+		CHECK(ibv_modify_qp(qps[i], &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS");
+	}
+	ah_attr.grh.dgid = b->gid;
+	ah_attr.grh.hop_limit = 64;
+	ah = ibv_create_ah(a->pd, &ah_attr);
+	CHECK(ah, "ibv_create_ah");
+	post_recv(qb, b, 90, 0, 40 + 64);
+	x = ibv_qp_to_qp_ex(qa);
+	CHECK(x, "UD ibv_qp_to_qp_ex");
+	memcpy(a->buf + 3000, "datagram", 8);
+	ibv_wr_start(x);
+	x->wr_id = 91;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_ud_addr(x, ah, qb->qp_num, 0x1111);
+	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf + 3000, 8);
+	CHECK(ibv_wr_complete(x) == 0, "UD ibv_wr_complete");
+	poll_n(a->cq, &wc, 1);
+	CHECK(wc.wr_id == 91, "UD send completion");
+	start_poll(b->cqx);
+	CHECK(b->cqx->wr_id == 90 && ibv_wc_read_byte_len(b->cqx) == 40 + 8 &&
+		      ibv_wc_read_src_qp(b->cqx) == qa->qp_num &&
+		      ibv_wc_read_qp_num(b->cqx) == qb->qp_num &&
+		      (ibv_wc_read_wc_flags(b->cqx) & IBV_WC_GRH),
+	      "UD receive: byte_len %u src_qp %u", ibv_wc_read_byte_len(b->cqx),
+	      ibv_wc_read_src_qp(b->cqx));
+	ibv_end_poll(b->cqx);
+	CHECK(!memcmp(b->buf + 40, "datagram", 8), "UD bytes");
+	CHECK(ibv_destroy_ah(ah) == 0, "ibv_destroy_ah");
+	CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
+}
+
 int main(void)
 {
 	struct ibv_device **list;
@@ -346,6 +545,8 @@ int main(void)
 	connect_qp(a.qp, b.qp->qp_num, &b.gid);
 	connect_qp(b.qp, a.qp->qp_num, &a.gid);
 	cq_ex_cases(&a, &b);
+	qp_ex_cases(&a, &b);
+	ud_cases(&a, &b);
 
 	for (i = 0; i < 2; i++) {
 		struct end *e = ends[i];
