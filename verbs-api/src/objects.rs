@@ -741,6 +741,42 @@ impl Cq {
     pub fn provider(&self) -> &Arc<p::cq::CompletionQueue> {
         &self.inner.cq
     }
+
+    /// Starts a poll of one completion at a time (`ibv_start_poll(3)`): `None` when the
+    /// CQ is empty (the C call's `ENOENT`), else a cursor on the oldest completion, taken
+    /// off the CQ. [`CqPoll::next_poll`] moves to the next one; dropping the cursor is
+    /// `ibv_end_poll`. Completions the cursor has not reached stay on the CQ, for the next
+    /// poll of either kind. Makes progress first on a polled-mode device, as [`Cq::poll`].
+    pub fn start_poll(&self) -> Option<CqPoll> {
+        let wc = self.poll_one()?;
+        Some(CqPoll {
+            cq: self.clone(),
+            current: Some(wc),
+        })
+    }
+}
+
+/// A cursor over a CQ's completions (the `ibv_start_poll` / `ibv_next_poll` /
+/// `ibv_end_poll` critical section of `struct ibv_cq_ex`): it lends the completion it is
+/// on ([`CqPoll::wc`]) until it moves. Dropping it ends the poll.
+#[derive(Debug)]
+pub struct CqPoll {
+    cq: Cq,
+    current: Option<WorkCompletion>,
+}
+
+impl CqPoll {
+    /// The completion the cursor is on; `None` once [`CqPoll::next_poll`] found the CQ
+    /// empty (the poll then only ends: an old entry is never handed out again).
+    pub fn wc(&self) -> Option<&WorkCompletion> {
+        self.current.as_ref()
+    }
+
+    /// Moves to the next completion (`ibv_next_poll(3)`): `None` when the CQ is empty.
+    pub fn next_poll(&mut self) -> Option<&WorkCompletion> {
+        self.current = self.cq.poll_one();
+        self.current.as_ref()
+    }
 }
 
 #[derive(Debug)]
@@ -946,6 +982,17 @@ impl Qp {
         Ok(rkey)
     }
 
+    /// Posts the WRs of `batch` all or none (`ibv_wr_complete(3)`): when one is refused,
+    /// nothing of the batch is posted and [`BadWr`] names it. The batch is empty after
+    /// either outcome (`ibv_wr_abort(3)` is [`SendBatch::clear`]). Otherwise as
+    /// [`Qp::post_send`], whose checks every WR goes through.
+    pub fn post_batch(&self, batch: &mut SendBatch) -> Result<(), BadWr> {
+        let r = self.inner.post_send_all(&batch.wrs);
+        batch.wrs.clear();
+        progress(&self.driver);
+        r
+    }
+
     /// Destroys the QP (`ibv_destroy_qp(3)`): its number, CQs, SRQ and PD are released
     /// once every clone of this handle is gone.
     pub fn destroy(self) {}
@@ -953,6 +1000,126 @@ impl Qp {
     /// The provider QP.
     pub fn provider(&self) -> &Arc<p::qp::QueuePair> {
         &self.inner
+    }
+}
+
+/// A batch of send WRs built one call at a time, as the `ibv_wr_*` functions of
+/// `struct ibv_qp_ex` build theirs (`ibv_wr_post(3)`): [`SendBatch::wr`] starts a WR, the
+/// setters ([`SendBatch::sge`], [`SendBatch::inline_data`], [`SendBatch::ud`], ...) fill
+/// in the WR started last, and [`Qp::post_batch`] posts the lot, all or none. The batch
+/// keeps its memory between posts.
+///
+/// ```
+/// # use uroce_verbs::*;
+/// # fn f(qp: &Qp, mr: &Mr, rkey: u32, raddr: u64) -> std::result::Result<(), BadWr> {
+/// let mut b = SendBatch::new();
+/// b.wr(1, SendFlags::empty(), SendOp::RdmaWrite { remote_addr: raddr, rkey })
+///     .sge(mr.sge(0, 64));
+/// b.wr(2, SendFlags::SIGNALED, SendOp::SendWithImm { imm: 7 })
+///     .inline_data(b"done");
+/// qp.post_batch(&mut b)
+/// # }
+/// ```
+///
+/// The setters apply to the WR started last and panic when none was started (in C that
+/// is undefined; the C ABI checks it and fails the batch with `EINVAL`).
+#[derive(Clone, Debug, Default)]
+pub struct SendBatch {
+    wrs: Vec<SendWr>,
+}
+
+impl SendBatch {
+    /// An empty batch.
+    pub fn new() -> SendBatch {
+        SendBatch::default()
+    }
+
+    /// Starts a WR of `op` with no data (`ibv_wr_send`, `ibv_wr_rdma_write`, ..., with the
+    /// `wr_id` and `wr_flags` of `struct ibv_qp_ex`).
+    pub fn wr(&mut self, wr_id: u64, flags: SendFlags, op: SendOp) -> &mut SendBatch {
+        self.wrs.push(SendWr {
+            flags,
+            ..SendWr::new(wr_id, op, Vec::new())
+        });
+        self
+    }
+
+    /// Adds a WR made elsewhere (a memory window's [`Mw::bind_wr`]).
+    pub fn push(&mut self, wr: SendWr) -> &mut SendBatch {
+        self.wrs.push(wr);
+        self
+    }
+
+    /// The WR started last.
+    ///
+    /// # Panics
+    ///
+    /// When the batch is empty.
+    pub fn last_mut(&mut self) -> &mut SendWr {
+        self.wrs
+            .last_mut()
+            .expect("SendBatch: start a WR (SendBatch::wr) before setting its data")
+    }
+
+    /// The last WR's data is `sge` (`ibv_wr_set_sge`).
+    pub fn sge(&mut self, sge: crate::Sge) -> &mut SendBatch {
+        self.sge_list(&[sge])
+    }
+
+    /// The last WR's data is the concatenation of `list` (`ibv_wr_set_sge_list`).
+    pub fn sge_list(&mut self, list: &[crate::Sge]) -> &mut SendBatch {
+        let w = self.last_mut();
+        w.sg_list.clear();
+        w.sg_list.extend_from_slice(list);
+        w.inline_data = None;
+        self
+    }
+
+    /// The last WR's data is a copy of `data`, sent inline (`ibv_wr_set_inline_data`;
+    /// sets [`SendFlags::INLINE`]).
+    pub fn inline_data(&mut self, data: &[u8]) -> &mut SendBatch {
+        self.inline_data_list(&[data])
+    }
+
+    /// The last WR's data is a copy of the concatenation of `bufs`, sent inline
+    /// (`ibv_wr_set_inline_data_list`).
+    pub fn inline_data_list(&mut self, bufs: &[&[u8]]) -> &mut SendBatch {
+        let w = self.last_mut();
+        let mut data = w.inline_data.take().unwrap_or_default();
+        data.clear();
+        for b in bufs {
+            data.extend_from_slice(b);
+        }
+        w.sg_list.clear();
+        w.flags |= SendFlags::INLINE;
+        w.inline_data = Some(data);
+        self
+    }
+
+    /// The last WR goes to `dest` (UD QPs: `ibv_wr_set_ud_addr`).
+    pub fn ud(&mut self, dest: UdDest) -> &mut SendBatch {
+        self.last_mut().ud = Some(dest);
+        self
+    }
+
+    /// The WRs so far.
+    pub fn wrs(&self) -> &[SendWr] {
+        &self.wrs
+    }
+
+    /// How many WRs.
+    pub fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// True when no WR was started.
+    pub fn is_empty(&self) -> bool {
+        self.wrs.is_empty()
+    }
+
+    /// Drops every WR (`ibv_wr_abort(3)`).
+    pub fn clear(&mut self) {
+        self.wrs.clear();
     }
 }
 

@@ -610,8 +610,19 @@ impl QueuePair {
     /// In SQE and ERR, posted WRs complete at once with `WR_FLUSH_ERR` (IBTA §10.3.1,
     /// C10-42: "WRs posted to a QP in the Error state are completed with flush error").
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
+        self.post_sends(wrs, false)
+    }
+
+    /// As [`QueuePair::post_send`], but all or nothing (`ibv_wr_complete(3)`: "the entire
+    /// posting will be aborted"): on the first bad WR, none of `wrs` stays posted.
+    pub fn post_send_all(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
+        self.post_sends(wrs, true)
+    }
+
+    fn post_sends(&self, wrs: &[SendWr], all_or_nothing: bool) -> Result<(), BadWr> {
         let mut inner = self.inner.lock();
         let state = inner.attr.qp_state;
+        let (queued, first_ssn) = (inner.sq.len(), inner.next_ssn);
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             match self.validate_send(state, inner.sq.len(), wr) {
@@ -628,6 +639,11 @@ impl QueuePair {
                 }
                 Err(reason) => {
                     result = Err(BadWr { index, reason });
+                    if all_or_nothing {
+                        // Nothing has seen the WRs queued above: the lock is still held.
+                        inner.sq.truncate(queued);
+                        inner.next_ssn = first_ssn;
+                    }
                     break;
                 }
             }

@@ -73,8 +73,8 @@ pub struct ibv_context_ops {
     pub _compat_tail: [usize; 5],
 }
 
-/// `struct ibv_context` (328 bytes). `abi_compat` is NULL: uroce's contexts are not
-/// `struct verbs_context`s, so the header's extended inlines take their legacy paths.
+/// `struct ibv_context` (328 bytes), the last field of a [`verbs_context`]:
+/// `abi_compat` is [`VERBS_ABI_IS_EXTENDED`], so `verbs.h`'s extended inlines find the ops.
 #[repr(C)]
 pub struct ibv_context {
     pub device: *mut ibv_device,
@@ -498,6 +498,179 @@ pub struct ibv_wc {
     pub dlid_path_bits: u8,
 }
 
+// ---- the extended interface (`struct verbs_context` and what its ops take) ------------
+
+/// `query_port` of `verbs_context`: the whole `ibv_port_attr` (`port_attr_len` bytes).
+pub type QueryPortExFn =
+    unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+/// `create_cq_ex`.
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+/// `query_device_ex`.
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *const ibv_query_device_ex_input,
+    *mut ibv_device_attr_ex,
+    usize,
+) -> c_int;
+/// `create_qp_ex`.
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut crate::cm_abi::ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
+/// `struct verbs_context` (648 bytes): the extended ops, `sz`, then the `ibv_context`
+/// C programs hold (`verbs_get_ctx` finds this struct from `context.abi_compat ==
+/// __VERBS_ABI_IS_EXTENDED`, and `verbs_get_ctx_op` an op by `sz` and a non-NULL slot).
+/// uroce fills `query_port`, `create_cq_ex`, `query_device_ex` and `create_qp_ex`; the
+/// other slots are NULL, so their inline wrappers fail with `EOPNOTSUPP` or fall back.
+#[repr(C)]
+pub struct verbs_context {
+    pub query_port: Option<QueryPortExFn>,
+    /// `advise_mr` .. `query_rt_values` (24 slots).
+    pub _unused_a: [usize; 24],
+    pub create_cq_ex: Option<CreateCqExFn>,
+    /// `priv` (libibverbs' own).
+    pub _priv: usize,
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    /// `ibv_destroy_flow`, `ABI_placeholder2`, `ibv_create_flow`, `ABI_placeholder1`,
+    /// `open_qp`.
+    pub _unused_b: [usize; 5],
+    pub create_qp_ex: Option<CreateQpExFn>,
+    /// `get_srq_num`, `create_srq_ex`, `open_xrcd`, `close_xrcd`, `_ABI_placeholder3`.
+    pub _unused_c: [usize; 5],
+    /// The size of the whole struct: `verbs_get_ctx_op` takes an op at offset `o` only
+    /// when `sz >= size_of - o`, so that older libraries (smaller structs) lack the
+    /// newer ops.
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`: the `abi_compat` of a context inside a `verbs_context`.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+/// `struct ibv_query_device_ex_input` (4 bytes).
+#[repr(C)]
+pub struct ibv_query_device_ex_input {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_device_attr_ex` (400 bytes). uroce fills `orig_attr`,
+/// `device_cap_flags_ex` (the same flags: uroce has none of the extended ones) and
+/// `phys_port_cnt_ex`; the rest is 0 (no on-demand paging, no completion timestamps or
+/// device clock, no TSO, RSS, packet pacing, tag matching, CQ moderation, device memory,
+/// PCI atomics).
+#[repr(C)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    /// `odp_caps` (24 bytes).
+    pub odp_caps: [u64; 3],
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    /// `tso_caps` .. `max_dm_size` (96 bytes).
+    pub _caps: [u64; 12],
+    /// `pci_atomic_caps` (6 bytes).
+    pub _pci_atomic_caps: [u16; 3],
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+/// `struct ibv_cq_init_attr_ex` (56 bytes).
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    /// `enum ibv_create_cq_wc_flags`.
+    pub wc_flags: u64,
+    /// `enum ibv_cq_init_attr_mask`: `FLAGS` (1), `PD` (2).
+    pub comp_mask: u32,
+    /// `enum ibv_create_cq_attr_flags`.
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_poll_cq_attr` (4 bytes).
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+/// A `read_*` slot of `ibv_cq_ex` returning `T`.
+pub type CqReadFn<T> = unsafe extern "C" fn(*mut ibv_cq_ex) -> T;
+
+/// `struct ibv_cq_ex` (288 bytes): `struct ibv_cq`'s fields, then the current
+/// completion's `status` and `wr_id` and the functions of `ibv_start_poll(3)` and
+/// `ibv_wc_read_*`. Every uroce CQ is one (`ibv_cq_ex_to_cq` is a cast).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub cq: ibv_cq,
+    pub comp_mask: u32,
+    /// `enum ibv_wc_status` of the completion the poll is on.
+    pub status: u32,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<CqReadFn<c_int>>,
+    pub end_poll: Option<CqReadFn<()>>,
+    pub read_opcode: Option<CqReadFn<u32>>,
+    pub read_vendor_err: Option<CqReadFn<u32>>,
+    pub read_byte_len: Option<CqReadFn<u32>>,
+    pub read_imm_data: Option<CqReadFn<u32>>,
+    pub read_qp_num: Option<CqReadFn<u32>>,
+    pub read_src_qp: Option<CqReadFn<u32>>,
+    pub read_wc_flags: Option<CqReadFn<c_uint>>,
+    pub read_slid: Option<CqReadFn<u32>>,
+    pub read_sl: Option<CqReadFn<u8>>,
+    pub read_dlid_path_bits: Option<CqReadFn<u8>>,
+    /// `read_completion_ts`, `read_cvlan`, `read_flow_tag`, `read_tm_info`,
+    /// `read_completion_wallclock_ns`: NULL (`ibv_create_cq_ex` refuses their flags).
+    pub _unread: [usize; 5],
+}
+
+/// `struct ibv_data_buf` (16 bytes), of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+/// `struct ibv_qp_ex` (352 bytes): `struct ibv_qp`, then `wr_id` and `wr_flags` (read by
+/// each WR builder) and the `ibv_wr_*` functions (`ibv_wr_post(3)`). Every uroce QP is
+/// one; `ibv_qp_to_qp_ex` hands it out for QPs created with
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    /// `enum ibv_send_flags`.
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16)>,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+}
+
 /// `(name, size)` of every struct above, and `(struct.field, offset)` of every field
 /// uroce or a program reads: what `tests/layout.rs` compares with the C compiler's view
 /// of `<infiniband/verbs.h>`.
@@ -702,6 +875,75 @@ pub fn layout_table() -> Vec<(&'static str, usize)> {
         o!(ibv_wc, slid),
         o!(ibv_wc, sl),
         o!(ibv_wc, dlid_path_bits),
+        s!(verbs_context),
+        o!(verbs_context, query_port),
+        o!(verbs_context, create_cq_ex),
+        o!(verbs_context, query_device_ex),
+        o!(verbs_context, create_qp_ex),
+        o!(verbs_context, sz),
+        o!(verbs_context, context),
+        s!(ibv_query_device_ex_input),
+        s!(ibv_device_attr_ex),
+        o!(ibv_device_attr_ex, comp_mask),
+        o!(ibv_device_attr_ex, odp_caps),
+        o!(ibv_device_attr_ex, completion_timestamp_mask),
+        o!(ibv_device_attr_ex, hca_core_clock),
+        o!(ibv_device_attr_ex, device_cap_flags_ex),
+        o!(ibv_device_attr_ex, xrc_odp_caps),
+        o!(ibv_device_attr_ex, phys_port_cnt_ex),
+        s!(ibv_cq_init_attr_ex),
+        o!(ibv_cq_init_attr_ex, cq_context),
+        o!(ibv_cq_init_attr_ex, channel),
+        o!(ibv_cq_init_attr_ex, comp_vector),
+        o!(ibv_cq_init_attr_ex, wc_flags),
+        o!(ibv_cq_init_attr_ex, comp_mask),
+        o!(ibv_cq_init_attr_ex, flags),
+        o!(ibv_cq_init_attr_ex, parent_domain),
+        s!(ibv_poll_cq_attr),
+        s!(ibv_cq_ex),
+        o!(ibv_cq_ex, comp_mask),
+        o!(ibv_cq_ex, status),
+        o!(ibv_cq_ex, wr_id),
+        o!(ibv_cq_ex, start_poll),
+        o!(ibv_cq_ex, next_poll),
+        o!(ibv_cq_ex, end_poll),
+        o!(ibv_cq_ex, read_opcode),
+        o!(ibv_cq_ex, read_vendor_err),
+        o!(ibv_cq_ex, read_byte_len),
+        o!(ibv_cq_ex, read_imm_data),
+        o!(ibv_cq_ex, read_qp_num),
+        o!(ibv_cq_ex, read_src_qp),
+        o!(ibv_cq_ex, read_wc_flags),
+        o!(ibv_cq_ex, read_slid),
+        o!(ibv_cq_ex, read_sl),
+        o!(ibv_cq_ex, read_dlid_path_bits),
+        s!(ibv_data_buf),
+        o!(ibv_data_buf, length),
+        s!(ibv_qp_ex),
+        o!(ibv_qp_ex, comp_mask),
+        o!(ibv_qp_ex, wr_id),
+        o!(ibv_qp_ex, wr_flags),
+        o!(ibv_qp_ex, wr_atomic_cmp_swp),
+        o!(ibv_qp_ex, wr_atomic_fetch_add),
+        o!(ibv_qp_ex, wr_bind_mw),
+        o!(ibv_qp_ex, wr_local_inv),
+        o!(ibv_qp_ex, wr_rdma_read),
+        o!(ibv_qp_ex, wr_rdma_write),
+        o!(ibv_qp_ex, wr_rdma_write_imm),
+        o!(ibv_qp_ex, wr_send),
+        o!(ibv_qp_ex, wr_send_imm),
+        o!(ibv_qp_ex, wr_send_inv),
+        o!(ibv_qp_ex, wr_send_tso),
+        o!(ibv_qp_ex, wr_set_ud_addr),
+        o!(ibv_qp_ex, wr_set_xrc_srqn),
+        o!(ibv_qp_ex, wr_set_inline_data),
+        o!(ibv_qp_ex, wr_set_inline_data_list),
+        o!(ibv_qp_ex, wr_set_sge),
+        o!(ibv_qp_ex, wr_set_sge_list),
+        o!(ibv_qp_ex, wr_start),
+        o!(ibv_qp_ex, wr_complete),
+        o!(ibv_qp_ex, wr_abort),
+        o!(ibv_qp_ex, wr_atomic_write),
     ]
 }
 
@@ -759,4 +1001,18 @@ const _: () = {
     assert!(size_of::<ibv_wc>() == 48);
     assert!(offset_of!(ibv_wc, imm_data) == 24);
     assert!(offset_of!(ibv_wc, wc_flags) == 36);
+    assert!(size_of::<verbs_context>() == 648);
+    assert!(offset_of!(verbs_context, create_cq_ex) == 200);
+    assert!(offset_of!(verbs_context, query_device_ex) == 216);
+    assert!(offset_of!(verbs_context, create_qp_ex) == 264);
+    assert!(offset_of!(verbs_context, sz) == 312);
+    assert!(offset_of!(verbs_context, context) == 320);
+    assert!(size_of::<ibv_device_attr_ex>() == 400);
+    assert!(offset_of!(ibv_device_attr_ex, device_cap_flags_ex) == 280);
+    assert!(offset_of!(ibv_device_attr_ex, phys_port_cnt_ex) == 396);
+    assert!(size_of::<ibv_cq_init_attr_ex>() == 56);
+    assert!(size_of::<ibv_cq_ex>() == 288);
+    assert!(offset_of!(ibv_cq_ex, start_poll) == 144);
+    assert!(size_of::<ibv_qp_ex>() == 352);
+    assert!(offset_of!(ibv_qp_ex, wr_start) == 320);
 };

@@ -26,6 +26,14 @@
 //!   the boundary, and the `ffi!` panic boundary every exported function runs in.
 //! - [`verbs`]: each exported verb converts its arguments, calls `uroce_verbs`, converts
 //!   the result and sets `errno`; there is no second implementation of any verb.
+//! - [`ex`]: the extended interface. Every context is the `context` field of a
+//!   `struct verbs_context` (`abi_compat` is `__VERBS_ABI_IS_EXTENDED`), whose ops
+//!   `query_port`, `query_device_ex`, `create_cq_ex` and `create_qp_ex` are filled and the
+//!   rest NULL (their inline wrappers then fail with `EOPNOTSUPP` or fall back, as for any
+//!   device without them). Every CQ is a `struct ibv_cq_ex` with the poll functions
+//!   ([`uroce_verbs::Cq::start_poll`] underneath).
+//! - [`wr`]: `ibv_create_qp_ex` and the `ibv_wr_*` calls, over the Rust API's
+//!   `SendBatch` and `Qp::post_batch` (all or nothing).
 //! - [`misc`]: enum names, rates, fork and sysfs helpers; [`stubs`]: the kernel and
 //!   provider interfaces, which fail with `EOPNOTSUPP`.
 //!
@@ -39,7 +47,11 @@
 //! - Undefined, as in libibverbs, and not caught: a pointer to freed memory that has been
 //!   reused, a pointer that is not a libibverbs object at all (the tag check reads past
 //!   it), a WR chain that loops, SGE lists or buffers shorter than their counts say,
-//!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`.
+//!   memory freed before `ibv_dereg_mr`, and using objects after `ibv_close_device`;
+//!   reading `ibv_wc_read_*` outside `ibv_start_poll` .. `ibv_end_poll` (uroce returns 0s)
+//!   and `ibv_wr_*` builders outside one's own `ibv_wr_start` .. `ibv_wr_complete` (uroce
+//!   ignores them) are undefined in libibverbs too; a setter before any builder fails the
+//!   batch with `EINVAL` at `ibv_wr_complete`.
 //!
 //! ## Behaviour worth knowing
 //!
@@ -62,16 +74,19 @@
 //!
 //! ## Not there yet
 //!
-//! `struct verbs_context` (so the extended verbs, `ibv_create_cq_ex`, `ibv_query_device_ex`'s
-//! extended fields, the `ibv_wr_*` API fall back or fail with `EOPNOTSUPP`), zero-based
-//! memory windows, XRC, multicast, ECE, dmabuf.
+//! Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, `_WALLCLOCK`, and
+//! `ibv_query_rt_values_ex`: uroce has no device clock, so `EOPNOTSUPP`), the other
+//! extended ops (flows, WQs, RSS, parent and thread domains, device memory, counters,
+//! `ibv_modify_cq`), zero-based memory windows, XRC, multicast, ECE, dmabuf.
 
 pub mod abi;
 pub mod cm;
 pub mod cm_abi;
 mod compat;
 mod convert;
+pub mod ex;
 pub mod handle;
 pub mod misc;
 pub mod stubs;
 pub mod verbs;
+pub mod wr;

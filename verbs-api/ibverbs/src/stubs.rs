@@ -31,8 +31,7 @@ stubs! {
     ibv_copy_ah_attr_from_kern -> () = nothing;
     ibv_register_driver -> () = nothing;
     ibv_resolve_eth_l2_from_gid -> c_int = errno_value;
-    // IBVERBS_1.6 .. 1.14: the ibv_wr_* API, imports, dmabuf, ECE.
-    ibv_qp_to_qp_ex -> *mut c_void = null;
+    // IBVERBS_1.10 .. 1.14: imports, dmabuf, ECE.
     ibv_import_device -> *mut c_void = null;
     ibv_import_mr -> *mut c_void = null;
     ibv_import_pd -> *mut c_void = null;

@@ -40,8 +40,8 @@ pub struct Shared {
     qps: Mutex<HashMap<u32, usize>>,
     cqs: Mutex<HashMap<u32, usize>>,
     srqs: Mutex<HashMap<u32, usize>>,
-    max_sge: u32,
-    max_inline: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) max_inline: u32,
 }
 
 /// An open device.
@@ -54,7 +54,9 @@ pub struct UContext {
     opened_as: Option<String>,
 }
 impl Kind for UContext {
-    type C = ibv_context;
+    /// The `ibv_context` C holds is the struct's last field (`context`), found from it as
+    /// `verbs_get_ctx` does.
+    type C = verbs_context;
     const TAG: u64 = 0x7572_6f63_6563_7478; // "urocectx"
 }
 
@@ -80,7 +82,7 @@ impl Kind for UMr {
 
 /// A memory window.
 pub struct UMw {
-    mw: Mw,
+    pub(crate) mw: Mw,
 }
 impl Kind for UMw {
     type C = ibv_mw;
@@ -138,24 +140,31 @@ pub struct UCq {
     pub(crate) cq: Cq,
     channel: Option<(CompChannel, ChannelCqs)>,
     shared: Arc<Shared>,
+    /// The `ibv_start_poll` cursor while a poll is open (see [`crate::ex`]).
+    pub(crate) poll: Mutex<Option<uroce_verbs::CqPoll>>,
 }
 impl Kind for UCq {
-    type C = ibv_cq;
+    /// C holds it as an `ibv_cq` too (the first field; `ibv_cq_ex_to_cq` is a cast).
+    type C = ibv_cq_ex;
     const TAG: u64 = 0x7572_6f63_6563_7120;
 }
 
 /// A queue pair.
 pub struct UQp {
     pub(crate) qp: Qp,
-    qp_type: QpType,
+    pub(crate) qp_type: QpType,
     sq_sig_all: bool,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     /// The rdma_cm id whose QP this is (`rdma_create_qp`): `ibv_destroy_qp` takes it
     /// back from the id, so that the id does not keep it (and its CQs and PD) busy.
     cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
+    /// The `ibv_wr_*` state of a QP created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`
+    /// (`ibv_qp_to_qp_ex` gives those alone out; see [`crate::wr`]).
+    pub(crate) wr: Option<crate::wr::WrState>,
 }
 impl Kind for UQp {
-    type C = ibv_qp;
+    /// C holds it as an `ibv_qp` too (the first field).
+    type C = ibv_qp_ex;
     const TAG: u64 = 0x7572_6f63_6571_7020;
 }
 
@@ -171,7 +180,7 @@ impl Kind for USrq {
 
 /// An address handle.
 pub struct UAh {
-    ah: uroce_verbs::Ah,
+    pub(crate) ah: uroce_verbs::Ah,
 }
 impl Kind for UAh {
     type C = ibv_ah;
@@ -361,7 +370,7 @@ pub(crate) fn context_to_c(
     device: *mut ibv_device,
     opened_as: Option<String>,
 ) -> *mut ibv_context {
-    let c = ibv_context {
+    let context = ibv_context {
         device,
         ops: ibv_context_ops {
             _compat_head: [0; 7],
@@ -382,21 +391,24 @@ pub(crate) fn context_to_c(
         async_fd: ctx.async_fd(),
         num_comp_vectors: 1,
         mutex: zeroed_mutex(),
-        abi_compat: ptr::null_mut(),
+        abi_compat: VERBS_ABI_IS_EXTENDED,
     };
+    let c = crate::ex::verbs_context(context);
     let shared = Arc::new(Shared {
         max_sge: ctx.query_device().max_sge,
         max_inline: ctx.query_device().max_inline_data,
         ..Shared::default()
     });
-    Obj::into_c(
+    let p = Obj::into_c(
         c,
         UContext {
             ctx,
             shared,
             opened_as,
         },
-    )
+    );
+    // SAFETY: `p` is the struct just made; C holds its `context` field.
+    unsafe { ptr::addr_of_mut!((*p).context) }
 }
 
 /// The device of the list whose address is `ctx`'s.
@@ -423,25 +435,33 @@ pub(crate) fn device_of_context(ctx: &Context) -> Result<*mut ibv_device, Errno>
 pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let c = unsafe { Obj::<UContext>::from_c(context) }?;
+        let c = unsafe { ctx(context) }?;
         let Some(name) = &c.k.opened_as else {
             return Ok(0);
         };
         opened().lock().remove(name);
         // SAFETY: checked above, and C gives it up.
-        unsafe { Obj::<UContext>::free(context) };
+        unsafe { Obj::<UContext>::free(c.c()) };
         Ok(0)
     })
 }
 
-/// The context behind a pointer.
+/// The context behind a pointer: C holds the `context` field of a [`verbs_context`],
+/// found from it as `verbs_get_ctx` does (container_of).
 ///
 /// # Safety
 ///
-/// As [`Obj::from_c`].
-unsafe fn ctx<'a>(p: *mut ibv_context) -> Result<&'a Obj<UContext>, Errno> {
+/// As [`Obj::from_c`], for the `verbs_context` around `p`.
+pub(crate) unsafe fn ctx<'a>(p: *mut ibv_context) -> Result<&'a Obj<UContext>, Errno> {
+    if p.is_null() {
+        return Err(EINVAL);
+    }
+    let v = p
+        .cast::<u8>()
+        .wrapping_sub(core::mem::offset_of!(verbs_context, context))
+        .cast::<verbs_context>();
     // SAFETY: forwarded.
-    unsafe { Obj::from_c(p) }
+    unsafe { Obj::from_c(v) }
 }
 
 /// `ibv_query_device(3)`.
@@ -460,12 +480,20 @@ pub unsafe extern "C" fn ibv_query_device(
         if attr.is_null() {
             return Err(EINVAL);
         }
-        // SAFETY: the context's device is one of the list's.
-        let guid = unsafe { Obj::<UDevice>::from_c((*c.c()).device) }?.k.guid;
         // SAFETY: writable per the contract.
-        unsafe { attr.write(device_attr(&c.k.ctx.query_device(), guid)) };
+        unsafe { attr.write(device_attr_of(c)?) };
         Ok(0)
     })
+}
+
+/// The `ibv_device_attr` of an open context (`ibv_query_device`, `orig_attr` of
+/// `ibv_query_device_ex`).
+pub(crate) fn device_attr_of(c: &Obj<UContext>) -> Result<ibv_device_attr, Errno> {
+    // SAFETY: our live context; its device is one of the list's, which live forever.
+    let guid = unsafe { Obj::<UDevice>::from_c((*c.c()).context.device) }?
+        .k
+        .guid;
+    Ok(device_attr(&c.k.ctx.query_device(), guid))
 }
 
 /// `ibv_query_port@IBVERBS_1.1`: fills the `_compat_ibv_port_attr` prefix (48 bytes) of
@@ -481,23 +509,8 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     attr: *mut ibv_port_attr,
 ) -> c_int {
-    ffi!(errno_value, {
-        // SAFETY: per the contract.
-        let c = unsafe { ctx(context) }?;
-        if attr.is_null() {
-            return Err(EINVAL);
-        }
-        let p = port_attr(&c.k.ctx.query_port(port_num)?);
-        // SAFETY: `attr` has the compat prefix's bytes writable; `p` is a whole struct.
-        unsafe {
-            ptr::copy_nonoverlapping(
-                (&p as *const ibv_port_attr).cast::<u8>(),
-                attr.cast::<u8>(),
-                COMPAT_PORT_ATTR_LEN,
-            )
-        };
-        Ok(0)
-    })
+    // SAFETY: forwarded; the compat prefix's bytes are writable.
+    unsafe { crate::ex::uroce_query_port(context, port_num, attr, COMPAT_PORT_ATTR_LEN) }
 }
 
 /// `ibv_query_gid(3)`: 0, or -1 with `errno` `EINVAL` (no such port or index).
@@ -935,7 +948,7 @@ unsafe extern "C" fn uroce_dealloc_mw(mw: *mut ibv_mw) -> c_int {
 /// # Safety
 ///
 /// `info.mr` is NULL or as from `ibv_reg_mr`.
-unsafe fn bind_mr(info: &ibv_mw_bind_info) -> Result<Option<Mr>, Errno> {
+pub(crate) unsafe fn bind_mr(info: &ibv_mw_bind_info) -> Result<Option<Mr>, Errno> {
     // SAFETY: per the contract.
     let mr = unsafe { Obj::<UMr>::from_c_opt(info.mr) }?;
     Ok(mr.map(|m| m.k.mr.lock().clone()))
@@ -943,7 +956,7 @@ unsafe fn bind_mr(info: &ibv_mw_bind_info) -> Result<Option<Mr>, Errno> {
 
 /// The Rust API's view of a C `struct ibv_mw_bind_info` whose region is `mr` (from
 /// [`bind_mr`]).
-fn bind_info<'a>(mr: &'a Option<Mr>, info: &ibv_mw_bind_info) -> MwBindInfo<'a> {
+pub(crate) fn bind_info<'a>(mr: &'a Option<Mr>, info: &ibv_mw_bind_info) -> MwBindInfo<'a> {
     MwBindInfo {
         mr: mr.as_ref(),
         addr: info.addr,
@@ -968,7 +981,7 @@ unsafe extern "C" fn uroce_bind_mw(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let (q, w) = unsafe { (Obj::<UQp>::from_c(qp)?, Obj::<UMw>::from_c(mw)?) };
+        let (q, w) = unsafe { (Obj::<UQp>::from_c(qp.cast())?, Obj::<UMw>::from_c(mw)?) };
         // SAFETY: per the contract.
         let b = unsafe { mw_bind.as_ref() }.ok_or(EINVAL)?;
         // SAFETY: per the contract.
@@ -1049,41 +1062,61 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     ffi!(null, {
-        // SAFETY: per the contract.
-        let c = unsafe { ctx(context) }?;
-        // SAFETY: per the contract.
-        let ch = unsafe { Obj::<UChannel>::from_c_opt(channel) }?;
         let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
-        if comp_vector != 0 {
-            return Err(EINVAL);
-        }
-        let cq = c.k.ctx.create_cq(cqe, ch.map(|ch| &ch.k.ch))?;
-        let ccq = ibv_cq {
-            context,
-            channel,
-            cq_context,
-            handle: cq.provider().id(),
-            cqe: cq.cqe() as c_int,
-            mutex: zeroed_mutex(),
-            cond: zeroed_cond(),
-            comp_events_completed: 0,
-            async_events_completed: 0,
-        };
-        let id = cq.provider().id();
-        let p = Obj::into_c(
-            ccq,
-            UCq {
-                cq: cq.clone(),
-                channel: ch.map(|ch| (ch.k.ch.clone(), ch.k.cqs.clone())),
-                shared: c.k.shared.clone(),
-            },
-        );
-        if let Some(ch) = ch {
-            ch.k.cqs.lock().push((cq, p as usize));
-        }
-        c.k.shared.cqs.lock().insert(id, p as usize);
-        Ok(p)
+        let comp_vector = u32::try_from(comp_vector).map_err(|_| EINVAL)?;
+        // SAFETY: per the contract.
+        let p = unsafe { create_cq_with(context, cqe, cq_context, channel, comp_vector) }?;
+        Ok(p.cast())
     })
+}
+
+/// What `ibv_create_cq` and `ibv_create_cq_ex` share: a CQ of `cqe` entries, as an
+/// `ibv_cq_ex` (with the poll functions of [`crate::ex`]).
+///
+/// # Safety
+///
+/// As [`ibv_create_cq`].
+pub(crate) unsafe fn create_cq_with(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+) -> Result<*mut ibv_cq_ex, Errno> {
+    // SAFETY: per the contract.
+    let c = unsafe { ctx(context) }?;
+    // SAFETY: per the contract.
+    let ch = unsafe { Obj::<UChannel>::from_c_opt(channel) }?;
+    if comp_vector != 0 {
+        return Err(EINVAL);
+    }
+    let cq = c.k.ctx.create_cq(cqe, ch.map(|ch| &ch.k.ch))?;
+    let ccq = ibv_cq {
+        context,
+        channel,
+        cq_context,
+        handle: cq.provider().id(),
+        cqe: cq.cqe() as c_int,
+        mutex: zeroed_mutex(),
+        cond: zeroed_cond(),
+        comp_events_completed: 0,
+        async_events_completed: 0,
+    };
+    let id = cq.provider().id();
+    let p = Obj::into_c(
+        crate::ex::cq_ex(ccq),
+        UCq {
+            cq: cq.clone(),
+            channel: ch.map(|ch| (ch.k.ch.clone(), ch.k.cqs.clone())),
+            shared: c.k.shared.clone(),
+            poll: Mutex::new(None),
+        },
+    );
+    if let Some(ch) = ch {
+        ch.k.cqs.lock().push((cq, p as usize));
+    }
+    c.k.shared.cqs.lock().insert(id, p as usize);
+    Ok(p)
 }
 
 /// `ibv_resize_cq(3)`: [`uroce_verbs::Cq::resize`]; on success `cq->cqe` is the new
@@ -1097,7 +1130,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let c = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let c = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         let cqe = u32::try_from(cqe).map_err(|_| EINVAL)?;
         let n = c.k.cq.resize(cqe)?;
         // SAFETY: `cq` is our live CQ struct (checked by `from_c`).
@@ -1115,7 +1148,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         q.k.cq
             .clone()
             .destroy()
@@ -1125,7 +1158,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         q.k.shared.cqs.lock().remove(&q.k.cq.provider().id());
         // SAFETY: checked, and C gives it up.
-        unsafe { Obj::<UCq>::free(cq) };
+        unsafe { Obj::<UCq>::free(cq.cast()) };
         Ok(0)
     })
 }
@@ -1140,7 +1173,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     ffi!(neg_errno, {
         // SAFETY: C passes a CQ of this library.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         let want = usize::try_from(num_entries).map_err(|_| EINVAL)?;
         if want > 0 && wc.is_null() {
             return Err(EINVAL);
@@ -1170,7 +1203,7 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
 unsafe extern "C" fn uroce_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a CQ of this library.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         q.k.cq.req_notify_cq(solicited_only != 0);
         Ok(0)
     })
@@ -1232,7 +1265,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     ffi!(nothing, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UCq>::from_c(cq) }?;
+        let q = unsafe { Obj::<UCq>::from_c(cq.cast()) }?;
         if let Some((ch, _)) = &q.k.channel {
             ch.ack_cq_events(&q.k.cq, nevents);
         }
@@ -1403,7 +1436,7 @@ pub unsafe extern "C" fn ibv_create_qp(
 ) -> *mut ibv_qp {
     ffi!(null, {
         // SAFETY: per the contract.
-        unsafe { create_qp_with(pd, init_attr, None, |p, init| Ok(p.create_qp(init)?)) }
+        unsafe { create_qp_with(pd, init_attr, None, None, |p, init| Ok(p.create_qp(init)?)) }
     })
 }
 
@@ -1419,6 +1452,7 @@ pub(crate) unsafe fn create_qp_with(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
     cm_id: Option<uroce_verbs::rdma_cm::WeakCmId>,
+    wr: Option<crate::wr::WrState>,
     make: impl FnOnce(&Pd, &QpInitAttr<'_>) -> Result<Qp, Errno>,
 ) -> Result<*mut ibv_qp, Errno> {
     // SAFETY: per the contract.
@@ -1432,8 +1466,8 @@ pub(crate) unsafe fn create_qp_with(
     // SAFETY: per the contract.
     let (send_cq, recv_cq) = unsafe {
         (
-            Obj::<UCq>::from_c(ia.send_cq)?,
-            Obj::<UCq>::from_c(ia.recv_cq)?,
+            Obj::<UCq>::from_c(ia.send_cq.cast())?,
+            Obj::<UCq>::from_c(ia.recv_cq.cast())?,
         )
     };
     // SAFETY: per the contract.
@@ -1470,17 +1504,18 @@ pub(crate) unsafe fn create_qp_with(
         events_completed: 0,
     };
     let q = Obj::into_c(
-        cqp,
+        crate::wr::qp_ex(cqp),
         UQp {
             qp,
             qp_type,
             sq_sig_all,
             shared: p.k.shared.clone(),
             cm_id,
+            wr,
         },
     );
     p.k.shared.qps.lock().insert(qpn, q as usize);
-    Ok(q)
+    Ok(q.cast())
 }
 
 /// `ibv_modify_qp(3)` (IBTA §11.2.5.2): a refusal (missing or disallowed attribute for the
@@ -1497,7 +1532,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         if attr.is_null() {
             return Err(EINVAL);
         }
@@ -1505,7 +1540,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let (a, mask) = qp_attr_from_c(unsafe { &*attr }, attr_mask)?;
         q.k.qp.modify(&a, mask)?;
         // SAFETY: the C struct is ours; libibverbs keeps `state` current the same way.
-        unsafe { (*q.c()).state = q.k.qp.state() as u32 };
+        unsafe { (*q.c()).qp_base.state = q.k.qp.state() as u32 };
         Ok(0)
     })
 }
@@ -1524,7 +1559,7 @@ pub unsafe extern "C" fn ibv_query_qp(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         if attr.is_null() || init_attr.is_null() {
             return Err(EINVAL);
         }
@@ -1534,10 +1569,10 @@ pub unsafe extern "C" fn ibv_query_qp(
         unsafe {
             attr.write(qp_attr_to_c(&a));
             init_attr.write(ibv_qp_init_attr {
-                qp_context: (*c).qp_context,
-                send_cq: (*c).send_cq,
-                recv_cq: (*c).recv_cq,
-                srq: (*c).srq,
+                qp_context: (*c).qp_base.qp_context,
+                send_cq: (*c).qp_base.send_cq,
+                recv_cq: (*c).qp_base.recv_cq,
+                srq: (*c).qp_base.srq,
                 cap: cap_to_c(&a.cap),
                 qp_type: q.k.qp_type as u32,
                 sq_sig_all: q.k.sq_sig_all.into(),
@@ -1560,7 +1595,7 @@ const DESTROY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         let qpn = q.k.qp.qp_num();
         q.k.shared.qps.lock().remove(&qpn);
         // A QP of rdma_create_qp: its id lets go of it too (when the id still has it).
@@ -1571,7 +1606,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         let provider = Arc::downgrade(q.k.qp.provider());
         // SAFETY: checked, and C gives it up.
-        unsafe { Obj::<UQp>::free(qp) };
+        unsafe { Obj::<UQp>::free(qp.cast()) };
         // The progress engine may hold the provider QP for a moment (it looks QPs up by
         // number for each packet): wait until that ends, so that the QP's CQs, SRQ and PD
         // are released when this returns, as C programs expect (they destroy those next,
@@ -1590,7 +1625,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// # Safety
 ///
 /// `sg_list` has `num_sge` readable entries.
-unsafe fn sges(sg_list: *const ibv_sge, num_sge: c_int, max_sge: u32) -> Result<Vec<Sge>, Errno> {
+pub(crate) unsafe fn sges(
+    sg_list: *const ibv_sge,
+    num_sge: c_int,
+    max_sge: u32,
+) -> Result<Vec<Sge>, Errno> {
     let n = usize::try_from(num_sge).map_err(|_| EINVAL)?;
     if n == 0 {
         return Ok(Vec::new());
@@ -1679,21 +1718,8 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
     let flags = SendFlags::from_bits_truncate(w.send_flags);
     // SAFETY: per the contract.
     let sg_list = unsafe { sges(w.sg_list, w.num_sge, q.shared.max_sge) }?;
-    // IBV_SEND_INLINE: libibverbs copies the bytes from the SGE addresses now and checks
-    // no L_Key (the memory need not be registered). Beyond the device's max_inline_data
-    // nothing is read: the Rust API refuses the WR by its SGE lengths.
-    let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
-    let inline_data =
-        (flags.contains(SendFlags::INLINE) && total <= u64::from(q.shared.max_inline)).then(|| {
-            let mut data = Vec::with_capacity(total as usize);
-            for s in sg_list.iter().filter(|s| s.length > 0) {
-                // SAFETY: readable per the contract.
-                data.extend_from_slice(unsafe {
-                    core::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-                });
-            }
-            data
-        });
+    // SAFETY: readable per the contract when INLINE.
+    let inline_data = unsafe { inline_bytes(flags, &sg_list, q.shared.max_inline) };
     Ok(SendWr {
         wr_id: w.wr_id,
         sg_list,
@@ -1701,6 +1727,32 @@ unsafe fn send_wr(w: &ibv_send_wr, q: &UQp) -> Result<SendWr, Errno> {
         flags,
         ud,
         inline_data,
+    })
+}
+
+/// The bytes of an `IBV_SEND_INLINE` WR (`None` without the flag): libibverbs copies
+/// them from the SGE addresses at post time and checks no L_Key (the memory need not be
+/// registered). Beyond `max_inline` nothing is read: the Rust API refuses the WR by its
+/// SGE lengths.
+///
+/// # Safety
+///
+/// With INLINE, each SGE's `length` bytes at `addr` are readable.
+pub(crate) unsafe fn inline_bytes(
+    flags: SendFlags,
+    sg_list: &[Sge],
+    max_inline: u32,
+) -> Option<Vec<u8>> {
+    let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
+    (flags.contains(SendFlags::INLINE) && total <= u64::from(max_inline)).then(|| {
+        let mut data = Vec::with_capacity(total as usize);
+        for s in sg_list.iter().filter(|s| s.length > 0) {
+            // SAFETY: readable per the contract.
+            data.extend_from_slice(unsafe {
+                core::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+            });
+        }
+        data
     })
 }
 
@@ -1795,7 +1847,7 @@ unsafe extern "C" fn uroce_post_send(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a QP of this library.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         // SAFETY: C passes a chain of valid WRs.
         unsafe {
             post_chain(
@@ -1817,7 +1869,7 @@ unsafe extern "C" fn uroce_post_recv(
 ) -> c_int {
     ffi!(errno_value, {
         // SAFETY: C passes a QP of this library.
-        let q = unsafe { Obj::<UQp>::from_c(qp) }?;
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
         // SAFETY: C passes a chain of valid WRs.
         unsafe { post_recv_chain(wr, bad_wr, q.k.shared.max_sge, |w| q.k.qp.post_recv(w)) }
     })

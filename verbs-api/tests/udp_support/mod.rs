@@ -42,6 +42,18 @@ pub fn cap(depth: u32) -> QpCap {
 /// An end of type `qp_type` on `ctx` with a region of `mr_len` bytes (optionally
 /// receiving from `srq`, created on `pd`).
 pub fn end_with(ctx: &Context, pd: &Pd, qp_type: QpType, mr_len: usize, srq: Option<&Srq>) -> End {
+    end_with_cap(ctx, pd, qp_type, mr_len, srq, cap(1024))
+}
+
+/// As [`end_with`], with the QP's queue sizes `qp_cap`.
+pub fn end_with_cap(
+    ctx: &Context,
+    pd: &Pd,
+    qp_type: QpType,
+    mr_len: usize,
+    srq: Option<&Srq>,
+    qp_cap: QpCap,
+) -> End {
     let cq = ctx.create_cq(4096, None).unwrap();
     let mr = pd.alloc_mr(mr_len, all_access()).unwrap();
     let qp = pd
@@ -50,7 +62,7 @@ pub fn end_with(ctx: &Context, pd: &Pd, qp_type: QpType, mr_len: usize, srq: Opt
             send_cq: &cq,
             recv_cq: &cq,
             srq,
-            cap: cap(1024),
+            cap: qp_cap,
             sq_sig_all: false,
         })
         .unwrap();

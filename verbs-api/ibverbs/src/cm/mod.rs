@@ -904,7 +904,7 @@ unsafe fn create_qp(
         if ia.srq.is_null() {
             ia.srq = (*c).srq;
         }
-        let made = verbs::create_qp_with(pd, attr, Some(id.downgrade()), |p, init| {
+        let made = verbs::create_qp_with(pd, attr, Some(id.downgrade()), None, |p, init| {
             Ok(id.create_qp(p, init)?)
         });
         match made {

@@ -31,16 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "cm_walkthrough: FAILED at line %d (%s): ", \
-				__LINE__, #cond);                                \
-			fprintf(stderr, __VA_ARGS__);                            \
-			fprintf(stderr, " (errno %d)\n", errno);                 \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
+#define PROG "cm_walkthrough"
+#include "check.h"
 
 static const char *SERVER;
 static const char *CLIENT;

@@ -30,16 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "walkthrough: FAILED at line %d (%s): ", \
-				__LINE__, #cond);                              \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, " (errno %d)\n", errno);               \
-			exit(1);                                               \
-		}                                                              \
-	} while (0)
+#define PROG "walkthrough"
+#include "check.h"
 
 #define BUF 65536
 #define WRITE_AT 32768
