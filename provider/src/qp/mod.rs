@@ -580,7 +580,10 @@ impl QueuePair {
             if wr.op.writes_locally() {
                 return Err(WrError::InlineNotAllowed);
             }
-            if len > self.cap.max_inline_data.into() {
+            // ATOMIC WRITE's 8 bytes are the operation's operand (`ibv_wr_atomic_write`
+            // passes them by pointer, as an atomic's compare/swap values), not inline data.
+            let operand = matches!(wr.op, SendOp::AtomicWrite { .. }) && len == 8;
+            if len > self.cap.max_inline_data.into() && !operand {
                 return Err(WrError::InlineTooLong {
                     len,
                     max: self.cap.max_inline_data,

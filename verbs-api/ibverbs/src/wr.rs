@@ -11,7 +11,7 @@
 //! thread's `ibv_wr_start` waits until the first thread ends its batch. Builders and
 //! setters called outside one's own section are ignored (undefined in libibverbs).
 //! A failure found while building (an AH or window not of this library, a setter before
-//! any builder, FLUSH or ATOMIC WRITE, TSO, XRC) fails the whole batch at
+//! any builder, TSO, XRC) fails the whole batch at
 //! `ibv_wr_complete` with its errno, nothing posted.
 
 use crate::abi::*;
@@ -32,15 +32,14 @@ const QP_INIT_ATTR_PD: u32 = 1;
 const QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
 const QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
-/// `IBV_WR_ATOMIC_WRITE`, for the unsupported-opcode error of `ibv_wr_atomic_write`.
-const WR_ATOMIC_WRITE: u32 = 15;
 /// `IBV_WR_TSO`.
 const WR_TSO: u32 = 10;
 
 /// The `ibv_qp_create_send_ops_flags` bits uroce has (`IBV_QP_EX_WITH_RDMA_WRITE` ..
-/// `SEND_WITH_INV`), each with an operation of its kind, to ask the QP type whether it
-/// carries it. TSO, FLUSH and ATOMIC WRITE are not among them (`EOPNOTSUPP`).
-fn send_ops() -> [(u64, SendOp); 10] {
+/// `SEND_WITH_INV`, and `ATOMIC_WRITE` = 1 << 12), each with an operation of its kind, to
+/// ask the QP type whether it carries it. TSO is not among them (`EOPNOTSUPP`); rdma-core
+/// 44 has no FLUSH bit.
+fn send_ops() -> [(u64, SendOp); 11] {
     let (remote_addr, rkey) = (0, 0);
     [
         (1, SendOp::RdmaWrite { remote_addr, rkey }),
@@ -76,6 +75,7 @@ fn send_ops() -> [(u64, SendOp); 10] {
         // BIND_MW: carried by the same QP types as LOCAL_INV (UC, RC).
         (1 << 8, SendOp::LocalInv { invalidate_rkey: 0 }),
         (1 << 9, SendOp::SendWithInv { invalidate_rkey: 0 }),
+        (1 << 12, SendOp::AtomicWrite { remote_addr, rkey }),
     ]
 }
 
@@ -432,16 +432,34 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16
     unsafe { unsupported(qp, WR_TSO) }
 }
 
-/// `ibv_wr_atomic_write` (IBA 1.5 ATOMIC WRITE): not in uroce yet, so the batch fails
-/// with an unsupported opcode's error (`EINVAL`).
+/// `ibv_wr_atomic_write` (IBA 1.5 ATOMIC WRITE, RC): the 8 bytes at `atomic_wr` go
+/// inline ([`SendOp::AtomicWrite`]), stored at the 8-aligned `remote_addr` in one atomic
+/// store; completes with `IBV_WC_ATOMIC_WRITE`.
+///
+/// # Safety
+///
+/// `atomic_wr` points to 8 readable bytes (C passes a QP of this library).
 unsafe extern "C" fn wr_atomic_write(
     qp: *mut ibv_qp_ex,
-    _rkey: u32,
-    _remote_addr: u64,
-    _data: *const c_void,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
 ) {
-    // SAFETY: C passes a QP of this library.
-    unsafe { unsupported(qp, WR_ATOMIC_WRITE) }
+    // SAFETY: forwarded.
+    unsafe { start_wr(qp, SendOp::AtomicWrite { remote_addr, rkey }) };
+    // SAFETY: C passes a QP of this library; `atomic_wr` has 8 bytes per the contract.
+    unsafe {
+        set_last(qp, |_, b| {
+            if atomic_wr.is_null() {
+                return Err(EINVAL);
+            }
+            let bytes = core::slice::from_raw_parts(atomic_wr.cast::<u8>(), 8);
+            let last = b.last_mut();
+            last.flags |= SendFlags::INLINE;
+            last.inline_data = Some(bytes.to_vec());
+            Ok(())
+        })
+    }
 }
 
 /// `ibv_wr_set_xrc_srqn`: uroce has no XRC (`EOPNOTSUPP` for the batch).

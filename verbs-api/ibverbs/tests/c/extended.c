@@ -16,7 +16,7 @@
  *     (NULL for a QP of ibv_create_qp), and the ibv_wr_* calls over RC: a WRITE from an
  *     SGE list and a SEND_WITH_IMM of an inline buffer list in one batch (both
  *     concatenated, as the man page says; rxe does not), a READ back, both atomics,
- *     ibv_wr_abort, a batch with a bad WR posting nothing, ATOMIC WRITE refused; and UD
+ *     ibv_wr_abort, a batch with a bad WR posting nothing, ATOMIC WRITE; and UD
  *     SENDs with ibv_wr_set_ud_addr, whose receive reports the sender's QPN as src_qp;
  *
  * Prints "extended: ok" and exits 0, or names the failed check and exits 1.
@@ -342,7 +342,8 @@ static struct ibv_qp *create_qp_ex(struct end *e, enum ibv_qp_type type, uint64_
 #define RC_OPS                                                                 \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |            \
 	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |      \
-	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_SEND)
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_SEND |             \
+	 IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 /* The ibv_wr_* cases over RC QPs of ibv_create_qp_ex (on the ends' CQs, empty now). */
 static void qp_ex_cases(struct end *a, struct end *b)
@@ -418,10 +419,9 @@ static void qp_ex_cases(struct end *a, struct end *b)
 		      (unsigned long long)local[0], (unsigned long long)local[1],
 		      (unsigned long long)*remote);
 	}
-	/* Aborted, a bad WR, ATOMIC WRITE: nothing of those batches is posted. */
+	/* Aborted, a bad WR: nothing of those batches is posted. */
 	{
 		struct ibv_sge five[5];
-		uint8_t eight[8] = { 0 };
 		int i;
 
 		for (i = 0; i < 5; i++)
@@ -442,11 +442,6 @@ static void qp_ex_cases(struct end *a, struct end *b)
 		ibv_wr_set_sge_list(x, 5, five);
 		CHECK(ibv_wr_complete(x) == EINVAL, "5 SGEs on a QP of 4");
 		ibv_wr_start(x);
-		x->wr_id = 84;
-		ibv_wr_atomic_write(x, b->mr->rkey, (uintptr_t)remote, eight);
-		ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
-		CHECK(ibv_wr_complete(x) == EINVAL, "ATOMIC WRITE (not in uroce yet)");
-		ibv_wr_start(x);
 		x->wr_id = 85;
 		ibv_wr_send(x);
 		ibv_wr_set_inline_data(x, "x", 1);
@@ -456,6 +451,22 @@ static void qp_ex_cases(struct end *a, struct end *b)
 		      (unsigned long long)wc[0].wr_id);
 		poll_n(b->cq, wc, 1);
 		CHECK(wc[0].wr_id == 80 && wc[0].byte_len == 1, "one receive, of WR 85");
+	}
+	/* ATOMIC WRITE (IBA 1.5): 8 bytes by pointer, stored in one atomic store. */
+	{
+		uint64_t eight = 0x0102030405060708ull;
+
+		*remote = 0;
+		ibv_wr_start(x);
+		x->wr_id = 90;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_atomic_write(x, b->mr->rkey, (uintptr_t)remote, &eight);
+		CHECK(ibv_wr_complete(x) == 0, "ibv_wr_complete of an ATOMIC WRITE");
+		poll_n(a->cq, wc, 1);
+		CHECK(wc[0].wr_id == 90 && wc[0].status == IBV_WC_SUCCESS &&
+			      wc[0].opcode == IBV_WC_ATOMIC_WRITE,
+		      "ATOMIC WRITE completion: status %d opcode %d", wc[0].status, wc[0].opcode);
+		CHECK(*remote == eight, "ATOMIC WRITE stored %llx", (unsigned long long)*remote);
 	}
 	CHECK(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
 }
