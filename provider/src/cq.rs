@@ -4,6 +4,7 @@
 use crate::device::Device;
 use crate::error::{Error, Resource, Result};
 use crate::event::AsyncEvent;
+use crate::explain::{CauseCode, CauseLog, ErrorCause};
 use crate::wc::{WcStatus, WorkCompletion};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -35,6 +36,9 @@ struct CqState {
     entries: VecDeque<WorkCompletion>,
     arm: Arm,
     overflowed: bool,
+    /// The causes of recent error completions (see [`CompletionQueue::explain`]); empty
+    /// while nothing failed.
+    causes: CauseLog,
 }
 
 /// A completion queue.
@@ -76,6 +80,7 @@ impl CompletionQueue {
                 entries: VecDeque::new(),
                 arm: Arm::Off,
                 overflowed: false,
+                causes: CauseLog::default(),
             }),
             notify,
             users: AtomicUsize::new(0),
@@ -116,6 +121,26 @@ impl CompletionQueue {
     /// Event bit. On overflow (IBTA §11.4.2: the CQ is in error) the entry is
     /// lost, the CQ stays in error and `CqErr` is raised once; returns `false` then.
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
+        self.push_inner(wc, solicited, None)
+    }
+
+    /// Adds an error completion and keeps its cause for [`CompletionQueue::explain`]
+    /// (`wc.status` and `wc.vendor_err` are the cause's). As [`CompletionQueue::push`]
+    /// otherwise.
+    pub fn push_explained(&self, wc: WorkCompletion, cause: ErrorCause) -> bool {
+        self.push_inner(wc, false, Some(cause))
+    }
+
+    /// The cause of the error completion `wc` polled from this CQ: which check failed and
+    /// with what values (see [`crate::explain`]). `None` for a success, for a completion
+    /// of another CQ, or when the CQ no longer holds it (it keeps the last
+    /// [`crate::explain::CAUSES_KEPT`]).
+    pub fn explain(&self, wc: &WorkCompletion) -> Option<ErrorCause> {
+        let code = CauseCode::from_u32(wc.vendor_err)?;
+        self.state.lock().causes.find(wc.qp_num, wc.wr_id, code)
+    }
+
+    fn push_inner(&self, wc: WorkCompletion, solicited: bool, cause: Option<ErrorCause>) -> bool {
         let mut st = self.state.lock();
         if st.overflowed || st.entries.len() >= st.depth as usize {
             let first = !st.overflowed;
@@ -127,6 +152,9 @@ impl CompletionQueue {
             return false;
         }
         st.entries.push_back(wc);
+        if let Some(c) = cause {
+            st.causes.record(wc.qp_num, wc.wr_id, c);
+        }
         let fire = match st.arm {
             Arm::Off => false,
             Arm::Next => true,

@@ -18,6 +18,7 @@
 //! | [`ah`] | address handle (UD) | IBTA §10.2.2, `ibv_create_ah(3)` |
 //! | [`wr`] | work requests and their validation | IBTA §11.4.1, `ibv_post_send(3)` |
 //! | [`wc`] | work completions | IBTA §11.4.2.1, `ibv_poll_cq(3)` |
+//! | [`explain`] | why an error completion failed: its cause, `vendor_err` code and sentence | IBTA §9.7.5, §9.9, §10.3, §10.6 |
 //! | [`event`] | asynchronous events | IBTA §11.6.3, `ibv_get_async_event(3)` |
 //! | [`qp`] | queue pair, its state machine and attributes | IBTA §10.3, §11.2.5, Linux `ib_modify_qp_is_ok` |
 //! | [`transport`] | the sans-IO RC transport: requester, responder, completer, timers | IBTA §9.7 |
@@ -37,6 +38,7 @@ pub mod datapath;
 pub mod device;
 pub mod error;
 pub mod event;
+pub mod explain;
 pub mod limits;
 pub mod mr;
 pub mod mw;

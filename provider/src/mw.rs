@@ -476,7 +476,7 @@ impl Drop for MemoryWindow {
 }
 
 /// Executes a local operation of the send queue (a bind or `LOCAL_INV`) for QP `qpn` of
-/// type `qp_type` on `pd`: `Err` with the completion status when it is refused (see the
+/// type `qp_type` on `pd`: `Err` with the cause of the error completion when it is refused (see the
 /// module docs).
 pub(crate) fn execute_local(
     dev: &Device,
@@ -484,25 +484,25 @@ pub(crate) fn execute_local(
     qpn: u32,
     qp_type: QpType,
     op: &crate::wr::SendOp,
-) -> Result<(), crate::wc::WcStatus> {
-    use crate::wc::WcStatus;
+) -> Result<(), crate::explain::ErrorCause> {
+    use crate::explain::ErrorCause;
     use crate::wr::SendOp;
     let mut r = dev.res.lock();
     match *op {
         SendOp::BindMw { mw, rkey, bind } => {
             if qp_type == QpType::Ud {
-                return Err(WcStatus::MwBindErr);
+                return Err(ErrorCause::MwBind { error: None });
             }
             r.mrs
                 .bind_mw(pd, qpn, mw, rkey, &bind)
                 .map(|_| ())
-                .map_err(|_| WcStatus::MwBindErr)
+                .map_err(|e| ErrorCause::MwBind { error: Some(e) })
         }
         SendOp::LocalInv { invalidate_rkey } => r
             .mrs
             .mws
             .invalidate(pd, None, invalidate_rkey)
-            .map_err(|_| WcStatus::LocQpOpErr),
+            .map_err(|error| ErrorCause::LocalInvalidate { error }),
         _ => Ok(()),
     }
 }

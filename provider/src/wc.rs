@@ -192,7 +192,9 @@ pub struct WorkCompletion {
     pub status: WcStatus,
     /// The operation. For flushed WRs, uroce still reports the WR's operation.
     pub opcode: WcOpcode,
-    /// Provider-specific detail of an error (0 when none).
+    /// uroce's code of the error's cause (0 when none): a [`crate::explain::CauseCode`]
+    /// (see [`WorkCompletion::cause_code`]; the cause with its values comes from the CQ,
+    /// `CompletionQueue::explain`).
     pub vendor_err: u32,
     /// Bytes transferred (receives, READs, atomics: 8).
     pub byte_len: u32,
@@ -221,6 +223,13 @@ impl WorkCompletion {
         self.wc_flags
             .contains(WcFlags::WITH_IMM)
             .then_some(self.imm_data)
+    }
+
+    /// The kind of the error's cause, from `vendor_err` (`None` for success). Its
+    /// [`template`](crate::explain::CauseCode::template) is the sentence without the
+    /// values; the CQ's `explain` gives the cause with them.
+    pub fn cause_code(&self) -> Option<crate::explain::CauseCode> {
+        crate::explain::CauseCode::from_u32(self.vendor_err)
     }
 
     /// The R_Key a SEND_WITH_INV invalidated, when there is one.

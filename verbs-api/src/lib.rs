@@ -139,6 +139,7 @@ pub use uroce_provider::backend::{Backend, BackendError, Detached, Driver, IcrcP
 pub use uroce_provider::device::{DeviceConfig, Gid, PortAttr, PortState};
 pub use uroce_provider::engine::{EngineConfig, Progress};
 pub use uroce_provider::event::AsyncEvent;
+pub use uroce_provider::explain::{CauseCode, ErrReason, ErrorCause, SgeFault};
 pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::mw::{BindError, InvalidateError, MwType};

@@ -2,8 +2,8 @@
 
 use crate::eventfd::EventFd;
 use crate::{
-    AhAttr, AsyncEvent, DeviceConfig, DeviceLimits, Gid, PortAttr, QpAttr, QpAttrMask, QpCap,
-    QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
+    AhAttr, AsyncEvent, DeviceConfig, DeviceLimits, ErrorCause, Gid, PortAttr, QpAttr, QpAttrMask,
+    QpCap, QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
 };
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -702,6 +702,17 @@ impl Cq {
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         progress(&self.inner.driver);
         self.inner.cq.poll_one()
+    }
+
+    /// Why the error completion `wc`, polled from this CQ, failed: which check, with what
+    /// values ([`ErrorCause`]; `Display` gives the sentence, e.g. "remote access error:
+    /// the peer NAKed the RDMA WRITE at PSN 0x1a2b3c: R_Key 0x8f3e2a11 at 0x7f00_0000_1000
+    /// (4096 bytes) was refused ..."). `None` for a success. The CQ keeps the causes of
+    /// its last [`uroce_provider::explain::CAUSES_KEPT`] errors (a QP's flushes share
+    /// one); `wc.vendor_err` is the cause's [`crate::CauseCode`] either way
+    /// ([`WorkCompletion::cause_code`]). Nothing is kept or formatted for successes.
+    pub fn explain(&self, wc: &WorkCompletion) -> Option<ErrorCause> {
+        self.inner.cq.explain(wc)
     }
 
     /// As [`Context::idle`], for the CQ's device.

@@ -9,6 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use uroce_verbs::CauseCode;
 
 #[path = "../../tests/support/skip.rs"]
 mod skip;
@@ -712,6 +713,75 @@ fn pingpong_exchange_is_accepted_by_the_rxe_lab_peer() {
     // Nothing acknowledges the SENDs: the client ends with one line, not a hang.
     assert_eq!(client.status.code(), Some(1), "{cerr}");
     assert!(cerr.contains("RetryExcErr"), "{cerr}");
+}
+
+/// A pingpong whose peer exchanges addresses over TCP, then is nobody: its GID has no
+/// device and its QPN no QP. The client ends in RETRY_EXC_ERR, and says why next to
+/// libibverbs' status string: how many ACK timeouts of how long, at which PSN, and that
+/// nothing ever came back.
+#[test]
+fn a_pingpong_against_nobody_prints_why_it_failed() {
+    let t = fake_peer("127.22.31.1:19720", |mut s| {
+        let mut m = [0u8; 52];
+        s.read_exact(&mut m).unwrap();
+        // LID 0, QPN 0x0abcde, PSN 0x123456, GID ::ffff:127.22.31.1.
+        let _ = s.write_all(b"0000:0abcde:123456:00000000000000000000ffff7f161f01\0");
+        let _ = s.read(&mut m);
+    });
+    let o = run(&[
+        "pingpong",
+        "--ip",
+        "127.22.31.2",
+        "-p",
+        "19720",
+        "-n",
+        "5",
+        "--timeout",
+        "20",
+        "127.22.31.1",
+    ]);
+    t.join().unwrap();
+    let err = one_line_error(&o);
+    assert!(
+        err.contains("completion with status RetryExcErr (12, transport retry counter exceeded)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("; uroce (vendor_err 5): retry exceeded: 8 ACK timeouts of 67 ms at PSN "),
+        "{err}"
+    );
+    assert!(err.contains("(retry_cnt 7;"), "{err}");
+    assert!(
+        err.contains("no packet from the peer since the QP was connected"),
+        "{err}"
+    );
+}
+
+/// `uroce explain CODE` prints the code's sentence (its template: the values are each
+/// completion's), `uroce explain` every code; a code uroce does not have, or no number,
+/// is a one-line error.
+#[test]
+fn explain_prints_the_sentence_of_a_vendor_err() {
+    let out = assert_ok(&run(&["explain", "5"]), "uroce explain 5");
+    assert_eq!(
+        out.trim_end(),
+        format!(
+            "5 retry-exceeded (transport retry counter exceeded): {}",
+            CauseCode::RetryExceeded.template()
+        )
+    );
+    assert!(
+        out.contains("{timeouts} ACK timeouts of {ack_timeout} at PSN {psn}"),
+        "{out}"
+    );
+    let hex = assert_ok(&run(&["explain", "0x1"]), "uroce explain 0x1");
+    assert!(hex.starts_with("1 remote-access (remote access error): remote access error: the peer NAKed the {op} at PSN {psn}"), "{hex}");
+    let all = assert_ok(&run(&["explain"]), "uroce explain");
+    assert_eq!(all.lines().count(), CauseCode::ALL.len(), "{all}");
+    for bad in ["99", "zz", "0x", "4294967296"] {
+        let err = one_line_error(&run(&["explain", bad]));
+        assert!(err.starts_with("uroce: error: explain: "), "{bad}: {err}");
+    }
 }
 
 /// A fake exchange peer listening on `addr`: runs `script` on the one connection it

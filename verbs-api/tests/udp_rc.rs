@@ -280,6 +280,68 @@ fn a_silent_peer_ends_in_retry_exc_err_with_the_counters_up_to_date() {
     assert_eq!(cb.unknown_qpn_drops, 3, "{cb:?}");
 }
 
+/// A failing run explained: the SEND's RETRY_EXC_ERR carries its cause (code in
+/// `vendor_err`, values from the CQ), and a WRITE to an R_Key the peer never registered
+/// names the key, the address and the PSN.
+#[test]
+fn failed_completions_over_udp_say_why_with_their_values() {
+    let devs = devices_from("ea=127.13.9.1,eb=127.13.9.2,ec=127.13.9.3,ed=127.13.9.4").unwrap();
+    let a = end(devs[0].open_on(&UdpBackend::default(), 1).unwrap());
+    let b = end(devs[1].open_on(&UdpBackend::default(), 2).unwrap());
+    // Towards a QPN that does not exist: nothing ever comes back.
+    connect_to(&a, &b, 0xab_cdef, 0x12, 0, 1);
+    a.qp.post_send(&[SendWr::new(9, SendOp::Send, vec![a.mr.sge(0, 64)])])
+        .unwrap();
+    let wc = wait_wc(&a, "SEND to a QPN that does not exist");
+    assert_eq!(wc.vendor_err, CauseCode::RetryExceeded as u32, "{wc:?}");
+    let cause = a.cq.explain(&wc).expect("a cause");
+    let text = cause.to_string();
+    assert!(
+        text.starts_with("retry exceeded: 2 ACK timeouts of ")
+            && text.contains(" at PSN 0x000012 (retry_cnt 1;"),
+        "{text}"
+    );
+    assert!(
+        text.contains("no packet from the peer since the QP was connected"),
+        "{text}"
+    );
+
+    let a = end(devs[2].open_on(&UdpBackend::default(), 3).unwrap());
+    let b = end(devs[3].open_on(&UdpBackend::default(), 4).unwrap());
+    connect(&a, &b, 100, 200);
+    connect(&b, &a, 200, 100);
+    let rkey = b.mr.rkey() ^ 0x55;
+    let addr = b.mr.addr() + 4096;
+    let wr = SendWr::new(
+        7,
+        SendOp::RdmaWrite {
+            remote_addr: addr,
+            rkey,
+        },
+        vec![a.mr.sge(0, 4096)],
+    );
+    a.qp.post_send(&[wr]).unwrap();
+    let wc = wait_wc(&a, "WRITE to an unknown R_Key");
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::RemAccessErr), "{wc:?}");
+    assert_eq!(wc.cause_code(), Some(CauseCode::RemoteAccess));
+    let cause = a.cq.explain(&wc).expect("a cause");
+    assert_eq!(
+        cause,
+        ErrorCause::RemoteAccess {
+            op: WcOpcode::RdmaWrite,
+            psn: 100,
+            rkey,
+            remote_addr: addr,
+            len: 4096
+        }
+    );
+    let text = cause.to_string();
+    assert!(
+        text.contains(&format!("R_Key {rkey:#010x} at 0x")),
+        "{text}"
+    );
+}
+
 #[test]
 fn rc_over_ipv6_loopback() {
     let devs = devices_from("u6a=::1").unwrap();

@@ -8,10 +8,11 @@ use crate::cq::CompletionQueue;
 use crate::device::{Device, MAX_MSG_SIZE};
 use crate::error::{Error, Resource, Result};
 use crate::event::AsyncEvent;
+use crate::explain::{ErrReason, ErrorCause};
 use crate::mr::{AccessFault, AccessFlags};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
-use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcOpcode, WorkCompletion};
 use crate::wr::{BadWr, RecvWqe, RecvWr, SendFlags, SendOp, SendWqe, SendWr, Sge, WrError};
 use attr::{ModifyQpError, QpAttr, QpCap};
 use parking_lot::Mutex;
@@ -440,6 +441,8 @@ impl QueuePair {
     /// Puts the QP in ERR with the lock held: flushes both queues in order and raises
     /// `QP_LAST_WQE_REACHED` for SRQ users (IBTA §10.2.9.5).
     pub(crate) fn enter_error_locked(&self, inner: &mut QpInner, cur: QpState) {
+        // Whoever moved it here without saying why did so with modify_qp.
+        inner.rc.err_reason.get_or_insert(ErrReason::Modified);
         inner.attr.qp_state = QpState::Err;
         self.flush_locked(inner);
         if cur != QpState::Err && self.srq.is_some() {
@@ -716,16 +719,23 @@ impl QueuePair {
 
     pub(crate) fn flush_sq(&self, inner: &mut QpInner) {
         let sq = std::mem::take(&mut inner.sq);
+        let cause = self.flush_cause(inner);
         for wqe in sq {
             let opcode = wc_opcode(&wqe.wr.op);
             let wc = WorkCompletion {
                 wr_id: wqe.wr.wr_id,
-                status: WcStatus::WrFlushErr,
                 opcode,
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.push_wc(inner, &self.send_cq, wc, false);
+            self.push_wc_err(inner, &self.send_cq, wc, cause);
+        }
+    }
+
+    /// The cause of the QP's flushed completions (IBTA §10.3.1, C10-42).
+    fn flush_cause(&self, inner: &QpInner) -> ErrorCause {
+        ErrorCause::Flushed {
+            first: inner.rc.err_reason,
         }
     }
 
@@ -740,15 +750,15 @@ impl QueuePair {
             inner.rq.push_front(wqe);
         }
         let rq = std::mem::take(&mut inner.rq);
+        let cause = self.flush_cause(inner);
         for wqe in rq {
             let wc = WorkCompletion {
                 wr_id: wqe.wr.wr_id,
-                status: WcStatus::WrFlushErr,
                 opcode: WcOpcode::Recv,
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.push_wc(inner, &self.recv_cq, wc, false);
+            self.push_wc_err(inner, &self.recv_cq, wc, cause);
         }
     }
 

@@ -4,13 +4,15 @@
 //! requester's fields other than the per-WQE progress it owns (`done_pkts`) and the
 //! popping of completed WQEs.
 
-use super::packet::{scatter, SgeError};
+use super::packet::scatter;
 use super::requester::{Kind, Requester};
 use crate::counters::Counter;
 use crate::device::Device;
+use crate::explain::ErrorCause;
 use crate::pd::PdId;
-use crate::wc::WcStatus;
-use crate::wr::SendWqe;
+use crate::qp::wc_opcode;
+use crate::wc::WcOpcode;
+use crate::wr::{SendOp, SendWqe};
 use std::collections::VecDeque;
 use std::time::Duration;
 use uroce_wire::{rnr_timer_duration, AethSyndrome, Mtu, NakCode, Operation, Psn, RoceRepr};
@@ -30,8 +32,9 @@ pub(crate) enum Action {
         /// How long to wait (the NAK's timer code, table 45).
         wait: Duration,
     },
-    /// The oldest WQE completes with this status and the QP goes to ERR (IBTA §9.9.3.1).
-    Fatal(WcStatus),
+    /// The oldest WQE completes in error with this cause and the QP goes to ERR (IBTA
+    /// §9.9.3.1).
+    Fatal(ErrorCause),
 }
 
 /// What the completer needs to know about its QP.
@@ -58,6 +61,11 @@ pub(crate) struct Completer {
     retried_from: Option<Psn>,
     /// `req.popped` when the current packet's processing began (see [`Completer::front`]).
     popped_at_entry: u64,
+    /// The QP's `retry_cnt` and `rnr_retry`, for the causes of the errors.
+    retry_cnt: u8,
+    rnr_retry: u8,
+    /// Local ACK timeouts since the last progress.
+    timeouts: u8,
 }
 
 /// The result of processing one response packet.
@@ -78,6 +86,9 @@ impl Completer {
             rnr_left: rnr_retry,
             retried_from: None,
             popped_at_entry: 0,
+            retry_cnt,
+            rnr_retry,
+            timeouts: 0,
         }
     }
 
@@ -87,12 +98,19 @@ impl Completer {
         sq.get((req.popped - self.popped_at_entry) as usize)
     }
 
+    /// The operation of the WR at the front (for the causes of errors).
+    fn front_op(&self, req: &Requester, sq: &VecDeque<SendWqe>) -> WcOpcode {
+        self.front(req, sq)
+            .map_or(WcOpcode::Send, |w| wc_opcode(&w.wr.op))
+    }
+
     fn on_progress(&mut self, ctx: &CompCtx<'_>, out: &mut CompOut<'_>) {
         // IBTA §9.7.6.1.3: the retry counter counts consecutive retries of the same
         // packets; progress gives the whole budget back (as rxe does).
         self.retry_left = ctx.retry_cnt;
         self.rnr_left = ctx.rnr_retry;
         self.retried_from = None;
+        self.timeouts = 0;
         out.progress = true;
     }
 
@@ -104,7 +122,14 @@ impl Completer {
         }
         if self.retry_left == 0 {
             (out.count)(Counter::RetryExceeded);
-            out.actions.push(Action::Fatal(WcStatus::RetryExcErr));
+            // The ACK timeout and the peer's silence are the QP's to fill in.
+            out.actions.push(Action::Fatal(ErrorCause::RetryExceeded {
+                retry_cnt: self.retry_cnt,
+                timeouts: self.timeouts,
+                ack_timeout_us: None,
+                psn: psn.value(),
+                silent_us: None,
+            }));
             return;
         }
         self.retry_left -= 1;
@@ -119,6 +144,7 @@ impl Completer {
             return;
         }
         (out.count)(Counter::Timeouts);
+        self.timeouts = self.timeouts.saturating_add(1);
         // A timeout is a new attempt even from the same PSN.
         self.retried_from = None;
         self.retry(req.una(), out);
@@ -174,8 +200,8 @@ impl Completer {
             out.actions.push(Action::Complete);
         }
         // A WQE with a local error at the front now completes with it.
-        if let Some(status) = req.started.front().and_then(|w| w.error) {
-            out.actions.push(Action::Fatal(status));
+        if let Some(cause) = req.started.front().and_then(|w| w.error.as_deref()) {
+            out.actions.push(Action::Fatal(*cause));
             return false;
         }
         true
@@ -232,7 +258,13 @@ impl Completer {
                     if ctx.rnr_retry != 7 {
                         if self.rnr_left == 0 {
                             (out.count)(Counter::RnrRetryExceeded);
-                            out.actions.push(Action::Fatal(WcStatus::RnrRetryExcErr));
+                            out.actions
+                                .push(Action::Fatal(ErrorCause::RnrRetryExceeded {
+                                    op: self.front_op(req, sq),
+                                    rnr_retry: self.rnr_retry,
+                                    psn: psn.value(),
+                                    rnr_timer_us: rnr_timer_duration(timer).as_micros() as u64,
+                                }));
                             return;
                         }
                         self.rnr_left -= 1;
@@ -251,18 +283,13 @@ impl Completer {
                     if req.rnr_wait || !self.ack_before(ctx, req, psn, out) {
                         return;
                     }
-                    let status = match code {
-                        // IBTA §9.7.5.2.? (sequence error): resend from the NAK's PSN.
-                        NakCode::PsnSequenceError => {
-                            self.retry(psn, out);
-                            return;
-                        }
-                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
-                    };
-                    out.actions.push(Action::Fatal(status));
+                    if code == NakCode::PsnSequenceError {
+                        // IBTA §9.7.5.2.1 (sequence error): resend from the NAK's PSN.
+                        self.retry(psn, out);
+                        return;
+                    }
+                    let cause = nak_cause(code, psn, self.front(req, sq));
+                    out.actions.push(Action::Fatal(cause));
                 }
             },
             Operation::RdmaReadResponse => self.read_response(ctx, req, sq, repr, payload, out),
@@ -286,7 +313,8 @@ impl Completer {
                 // in host byte order as the verbs API reports it.
                 let bytes = ack.orig_remote_data.to_ne_bytes();
                 if let Err(e) = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, &bytes) {
-                    out.actions.push(Action::Fatal(sge_status(e)));
+                    let cause = e.send_cause(wc_opcode(&wqe.wr.op), 8, &wqe.wr.sg_list);
+                    out.actions.push(Action::Fatal(cause));
                     return;
                 }
                 w.done_pkts = 1;
@@ -353,16 +381,17 @@ impl Completer {
         if payload.len() as u32 != want || ends != last {
             // A response that does not fit the request (IBTA §9.7.5.1.4): the
             // responder and requester disagree about the READ.
-            out.actions
-                .push(Action::Fatal(if payload.len() as u32 > want {
-                    WcStatus::LocLenErr
-                } else {
-                    WcStatus::BadRespErr
-                }));
+            out.actions.push(Action::Fatal(ErrorCause::BadResponse {
+                op: wc_opcode(&wqe.wr.op),
+                psn: psn.value(),
+                got: payload.len() as u32,
+                want,
+            }));
             return;
         }
         if let Err(e) = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, off.into(), payload) {
-            out.actions.push(Action::Fatal(sge_status(e)));
+            let cause = e.send_cause(wc_opcode(&wqe.wr.op), w.len.into(), &wqe.wr.sg_list);
+            out.actions.push(Action::Fatal(cause));
             return;
         }
         w.done_pkts += 1;
@@ -374,10 +403,55 @@ impl Completer {
     }
 }
 
-/// The completion status of a local scatter failure (IBTA §11.4.2.1).
-fn sge_status(e: SgeError) -> WcStatus {
-    match e {
-        SgeError::TooLong => WcStatus::LocLenErr,
-        SgeError::Fault(_) => WcStatus::LocProtErr,
+/// The cause of an error NAK (IBTA §9.7.5.2.2, table 43) for the WR `wqe` it ends: the
+/// NAK's PSN, and for a Remote Access Error the WR's R_Key, remote address and length.
+fn nak_cause(code: NakCode, psn: Psn, wqe: Option<&SendWqe>) -> ErrorCause {
+    let op = wqe.map_or(WcOpcode::Send, |w| wc_opcode(&w.wr.op));
+    let psn = psn.value();
+    match code {
+        NakCode::RemoteAccessError => {
+            let (remote_addr, rkey) = wqe.and_then(|w| remote_target(&w.wr.op)).unwrap_or((0, 0));
+            let len = match op {
+                WcOpcode::CompSwap | WcOpcode::FetchAdd | WcOpcode::AtomicWrite => 8,
+                _ => wqe.map_or(0, |w| match w.wr.op {
+                    SendOp::Flush { len, .. } => len,
+                    _ => w.wr.total_len() as u32,
+                }),
+            };
+            ErrorCause::RemoteAccess {
+                op,
+                psn,
+                rkey,
+                remote_addr,
+                len,
+            }
+        }
+        NakCode::RemoteOperationalError => ErrorCause::RemoteOperational { op, psn },
+        NakCode::InvalidRdRequest => ErrorCause::RemoteInvalidRdRequest { op, psn },
+        NakCode::InvalidRequest | NakCode::PsnSequenceError => {
+            ErrorCause::RemoteInvalidRequest { op, psn }
+        }
+    }
+}
+
+/// The remote address and R_Key a WR names, if it names any.
+fn remote_target(op: &SendOp) -> Option<(u64, u32)> {
+    match *op {
+        SendOp::RdmaWrite { remote_addr, rkey }
+        | SendOp::RdmaWriteWithImm {
+            remote_addr, rkey, ..
+        }
+        | SendOp::RdmaRead { remote_addr, rkey }
+        | SendOp::AtomicCmpAndSwp {
+            remote_addr, rkey, ..
+        }
+        | SendOp::AtomicFetchAndAdd {
+            remote_addr, rkey, ..
+        }
+        | SendOp::Flush {
+            remote_addr, rkey, ..
+        }
+        | SendOp::AtomicWrite { remote_addr, rkey } => Some((remote_addr, rkey)),
+        _ => None,
     }
 }

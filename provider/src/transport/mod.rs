@@ -36,12 +36,13 @@ mod tests;
 use crate::counters::{Counter, Counters, QpCounters};
 use crate::cq::CompletionQueue;
 use crate::datapath::{qp_src_port, Transmit};
+use crate::explain::{ErrReason, ErrorCause};
 use crate::mr::AccessFlags;
 use crate::qp::attr::QpAttr;
 use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::{wc_opcode, QpInner, QueuePair};
 use crate::time::{ack_timeout, Instant};
-use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcOpcode, WorkCompletion};
 use completer::{Action, CompCtx, CompOut, Completer};
 use packet::Route;
 use requester::{ReqCtx, ReqOut, Requester};
@@ -65,6 +66,11 @@ pub struct RcTransport {
     /// Reused action buffers (no allocation per packet once warm).
     actions: Vec<Action>,
     resp_actions: Vec<RespAction>,
+    /// When the last packet from the peer arrived (for the cause of `RETRY_EXC_ERR`).
+    pub(crate) last_rx: Option<Instant>,
+    /// What put the QP in ERR first (for the cause of its flushed completions); cleared
+    /// with the rest at RESET. Used by every QP type.
+    pub(crate) err_reason: Option<ErrReason>,
 }
 
 impl Default for RcTransport {
@@ -79,6 +85,8 @@ impl Default for RcTransport {
             rnr_psn: Psn::new(0),
             actions: Vec::new(),
             resp_actions: Vec::new(),
+            last_rx: None,
+            err_reason: None,
         }
     }
 }
@@ -89,6 +97,7 @@ impl RcTransport {
     pub(crate) fn on_modify(&mut self, attr: &QpAttr, mask: QpAttrMask) {
         if mask.contains(QpAttrMask::RQ_PSN) {
             self.resp = Responder::new(Psn::new(attr.rq_psn));
+            self.last_rx = None;
         }
         if mask.contains(QpAttrMask::SQ_PSN) {
             self.req = Requester::new(Psn::new(attr.sq_psn));
@@ -141,6 +150,32 @@ impl QueuePair {
         self.pd().device().datapath().count(c, 1);
     }
 
+    /// Writes an error completion with the status and `vendor_err` of `cause`, keeps the
+    /// cause for [`CompletionQueue::explain`], and remembers the first error of the QP
+    /// for its flushed completions.
+    pub(crate) fn push_wc_err(
+        &self,
+        inner: &mut QpInner,
+        cq: &CompletionQueue,
+        mut wc: WorkCompletion,
+        cause: ErrorCause,
+    ) {
+        wc.status = cause.status();
+        wc.vendor_err = cause.code() as u32;
+        wc.byte_len = 0;
+        if !matches!(cause, ErrorCause::Flushed { .. }) {
+            inner.rc.err_reason.get_or_insert(ErrReason::Completion {
+                wr_id: wc.wr_id,
+                recv: matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
+                code: cause.code(),
+            });
+        }
+        self.count1(inner, Counter::Completions);
+        if !cq.push_explained(wc, cause) {
+            self.pd().device().datapath().note_cq_error(cq.id());
+        }
+    }
+
     /// Writes a completion and counts it.
     pub(crate) fn push_wc(
         &self,
@@ -164,6 +199,7 @@ impl QueuePair {
         if matches!(cur, QpState::Reset | QpState::Err) {
             return;
         }
+        inner.rc.err_reason.get_or_insert(ErrReason::CqOverflow);
         self.enter_error_locked(inner, cur);
         self.sync_datapath(inner, false);
     }
@@ -241,6 +277,7 @@ impl QueuePair {
             self.count1(inner, Counter::AddrDrops);
             return;
         }
+        inner.rc.last_rx = Some(now);
         let Some(info) = pkt.info() else {
             self.count1(inner, Counter::MalformedDrops);
             return;
@@ -374,8 +411,8 @@ impl QueuePair {
                     let cq = self.recv_cq().clone();
                     self.push_wc(inner, &cq, wc, solicited);
                 }
-                RespAction::Fatal(e, wqe) => {
-                    self.responder_fatal(inner, e, wqe);
+                RespAction::Fatal(e, psn, wqe) => {
+                    self.responder_fatal(inner, e, psn, wqe);
                     break;
                 }
             }
@@ -391,15 +428,20 @@ impl QueuePair {
         &self,
         inner: &mut QpInner,
         e: responder::RespError,
+        psn: Psn,
         wqe: Option<crate::wr::RecvWqe>,
     ) {
         self.count1(inner, Counter::ErrorNaksSent);
         if let Some(w) = wqe {
-            match e.recv_status() {
-                Some(status) => self.complete_recv_error(inner, &w, status),
+            match e.recv_cause(psn) {
+                Some(cause) => self.complete_recv_error(inner, &w, cause),
                 None => inner.rq.push_front(w),
             }
         }
+        inner.rc.err_reason.get_or_insert(ErrReason::Refused {
+            psn: psn.value(),
+            error: e,
+        });
         self.pd().device().events().push(e.event(self.qpn()));
         let cur = inner.attr.qp_state;
         self.enter_error_locked(inner, cur);
@@ -424,7 +466,7 @@ impl QueuePair {
                         continue;
                     };
                     if wqe.signaled {
-                        self.complete_send(inner, &wqe, WcStatus::Success);
+                        self.complete_send(inner, &wqe);
                     }
                 }
                 Action::RetryFrom(psn) => {
@@ -440,11 +482,23 @@ impl QueuePair {
                     inner.rc.timers.stop(Timer::Retransmit);
                     inner.rc.timers.set(Timer::Rnr, now + wait);
                 }
-                Action::Fatal(status) => {
+                Action::Fatal(mut cause) => {
+                    if let ErrorCause::RetryExceeded {
+                        ack_timeout_us,
+                        silent_us,
+                        ..
+                    } = &mut cause
+                    {
+                        *ack_timeout_us = timeout.map(|t| t.as_micros() as u64);
+                        *silent_us = inner
+                            .rc
+                            .last_rx
+                            .map(|t| now.saturating_duration_since(t).as_micros() as u64);
+                    }
                     // IBTA §10.3.1, §11.6.2: the failing WR completes with its error (signaled
                     // or not), then the QP is in ERR and everything else is flushed in order.
                     if let Some(wqe) = inner.sq.pop_front() {
-                        self.complete_send(inner, &wqe, status);
+                        self.complete_send_error(inner, &wqe, cause);
                     }
                     let cur = inner.attr.qp_state;
                     self.enter_error_locked(inner, cur);
@@ -503,9 +557,9 @@ impl QueuePair {
         {
             tally.add(what, 1);
             sent = Some(len);
-            if let Some(e) = inner.rc.resp.take_fatal() {
+            if let Some((e, psn)) = inner.rc.resp.take_fatal() {
                 // The packet just built is that failure's NAK: it still goes out.
-                self.responder_fatal(inner, e, None);
+                self.responder_fatal(inner, e, psn, None);
             }
         } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
             let ctx = self.req_ctx(&a, route);
@@ -533,8 +587,14 @@ impl QueuePair {
                 }
                 ReqOut::Idle => {
                     // A WQE that failed locally and has nothing before it completes now.
-                    if let Some(status) = inner.rc.req.started.front().and_then(|w| w.error) {
-                        let mut acts = vec![Action::Fatal(status)];
+                    if let Some(cause) = inner
+                        .rc
+                        .req
+                        .started
+                        .front()
+                        .and_then(|w| w.error.as_deref())
+                    {
+                        let mut acts = vec![Action::Fatal(*cause)];
                         self.apply_actions(inner, now, &mut acts, false);
                     }
                 }
@@ -569,8 +629,8 @@ impl QueuePair {
             if w.kind != requester::Kind::Local {
                 break;
             }
-            if let Some(status) = w.error {
-                acts.push(Action::Fatal(status));
+            if let Some(cause) = w.error.as_deref() {
+                acts.push(Action::Fatal(*cause));
                 break;
             }
             inner.rc.req.pop_front();
@@ -698,8 +758,8 @@ impl QueuePair {
                     let cq = self.recv_cq().clone();
                     self.push_wc(inner, &cq, wc, solicited);
                 }
-                uc::UcOut::Fatal(wqe, status) => {
-                    self.recv_fatal(inner, wqe, status);
+                uc::UcOut::Fatal(wqe, cause) => {
+                    self.recv_fatal(inner, wqe, cause);
                     break;
                 }
             }
@@ -738,48 +798,64 @@ impl QueuePair {
                 self.push_wc(inner, &cq, wc, solicited);
             }
             ud::UdRecv::Drop(c) => tally.add(c, 1),
-            ud::UdRecv::Fatal(wqe, status) => self.recv_fatal(inner, wqe, status),
+            ud::UdRecv::Fatal(wqe, cause) => self.recv_fatal(inner, wqe, cause),
         }
     }
 
-    /// Completes the receive WQE `wqe` in error with `status` on the receive CQ.
-    fn complete_recv_error(&self, inner: &mut QpInner, wqe: &crate::wr::RecvWqe, status: WcStatus) {
+    /// Completes the receive WQE `wqe` in error with `cause` on the receive CQ.
+    fn complete_recv_error(
+        &self,
+        inner: &mut QpInner,
+        wqe: &crate::wr::RecvWqe,
+        cause: ErrorCause,
+    ) {
         let wc = WorkCompletion {
             wr_id: wqe.wr.wr_id,
-            status,
             opcode: WcOpcode::Recv,
             qp_num: self.qpn(),
             ..Default::default()
         };
         let cq = self.recv_cq().clone();
-        self.push_wc(inner, &cq, wc, false);
+        self.push_wc_err(inner, &cq, wc, cause);
     }
 
-    /// Completes the send WQE `wqe` on the send CQ: `Success` with its length, or an error
-    /// `status` (the byte count is then not reported).
-    fn complete_send(&self, inner: &mut QpInner, wqe: &crate::wr::SendWqe, status: WcStatus) {
-        let byte_len = if status == WcStatus::Success {
-            wqe.wr.total_len() as u32
-        } else {
-            0
-        };
-        let wc = WorkCompletion {
+    /// The completion of the send WQE `wqe`, but for its status.
+    fn send_wc(&self, wqe: &crate::wr::SendWqe) -> WorkCompletion {
+        WorkCompletion {
             wr_id: wqe.wr.wr_id,
-            status,
             opcode: wc_opcode(&wqe.wr.op),
-            byte_len,
             qp_num: self.qpn(),
             ..Default::default()
+        }
+    }
+
+    /// Completes the send WQE `wqe` successfully on the send CQ, with its length.
+    fn complete_send(&self, inner: &mut QpInner, wqe: &crate::wr::SendWqe) {
+        let wc = WorkCompletion {
+            byte_len: wqe.wr.total_len() as u32,
+            ..self.send_wc(wqe)
         };
         let cq = self.send_cq().clone();
         self.push_wc(inner, &cq, wc, false);
     }
 
-    /// A receive WQE whose buffers failed their L_Key check: it completes with `status`,
+    /// Completes the send WQE `wqe` in error with `cause` on the send CQ (the byte count
+    /// is not reported).
+    fn complete_send_error(
+        &self,
+        inner: &mut QpInner,
+        wqe: &crate::wr::SendWqe,
+        cause: ErrorCause,
+    ) {
+        let cq = self.send_cq().clone();
+        self.push_wc_err(inner, &cq, self.send_wc(wqe), cause);
+    }
+
+    /// A receive WQE whose buffers failed their L_Key check: it completes with `cause`,
     /// the QP goes to ERR (IBTA §10.6.3.1: a local protection error is a QP error) and the
     /// owner hears of it as a fatal QP event.
-    fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, status: WcStatus) {
-        self.complete_recv_error(inner, &wqe, status);
+    fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, cause: ErrorCause) {
+        self.complete_recv_error(inner, &wqe, cause);
         self.pd()
             .device()
             .events()
@@ -812,10 +888,10 @@ impl QueuePair {
             );
             let wqe = inner.sq.pop_front().expect("front exists");
             match r {
-                Ok(()) if wqe.signaled => self.complete_send(inner, &wqe, WcStatus::Success),
+                Ok(()) if wqe.signaled => self.complete_send(inner, &wqe),
                 Ok(()) => {}
-                Err(status) => {
-                    self.complete_send(inner, &wqe, status);
+                Err(cause) => {
+                    self.complete_send_error(inner, &wqe, cause);
                     let cur = inner.attr.qp_state;
                     self.enter_error_locked(inner, cur);
                     return (None, false);
@@ -862,7 +938,7 @@ impl QueuePair {
                 if last {
                     let wqe = inner.sq.pop_front().expect("front exists");
                     if wqe.signaled {
-                        self.complete_send(inner, &wqe, WcStatus::Success);
+                        self.complete_send(inner, &wqe);
                     }
                 }
                 Some(Transmit {
@@ -871,11 +947,11 @@ impl QueuePair {
                     len,
                 })
             }
-            Err(status) => {
+            Err(cause) => {
                 // A WQE that cannot be built (its memory went away) completes in error,
                 // signaled or not, and the QP goes to ERR like an RC requester's.
                 let wqe = inner.sq.pop_front().expect("front exists");
-                self.complete_send(inner, &wqe, status);
+                self.complete_send_error(inner, &wqe, cause);
                 let cur = inner.attr.qp_state;
                 self.enter_error_locked(inner, cur);
                 None

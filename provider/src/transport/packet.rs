@@ -2,8 +2,10 @@
 //! lists, and writing a packet with its ICRC into the caller's buffer.
 
 use crate::device::Device;
+use crate::explain::{ErrorCause, SgeFault};
 use crate::mr::{AccessFault, AccessFlags};
 use crate::pd::PdId;
+use crate::wc::WcOpcode;
 use crate::wr::Sge;
 use std::net::{IpAddr, SocketAddr};
 use uroce_wire::{IcrcIpFacts, InvariantHeaders, RocePacket, RoceRepr, ROCEV2_PORT};
@@ -13,8 +15,24 @@ use uroce_wire::{IcrcIpFacts, InvariantHeaders, RocePacket, RoceRepr, ROCEV2_POR
 pub(crate) enum SgeError {
     /// The bytes do not fit in the list (a message longer than the receive buffer).
     TooLong,
-    /// An SGE's L_Key, range or rights failed (IBTA §10.6.3).
-    Fault(AccessFault),
+    /// An SGE's L_Key, range or rights failed (IBTA §10.6.3): which one and why.
+    Fault(SgeFault),
+}
+
+impl SgeError {
+    /// The cause of a send WR of operation `op`, moving `needed` bytes through `sges`,
+    /// whose data could not move (gathered for a request, or a READ response or atomic
+    /// result scattered into it).
+    pub(crate) fn send_cause(self, op: WcOpcode, needed: u64, sges: &[Sge]) -> ErrorCause {
+        match self {
+            SgeError::TooLong => ErrorCause::LocalLength {
+                op,
+                needed,
+                have: sge_len(sges),
+            },
+            SgeError::Fault(sge) => ErrorCause::LocalProtection { op, sge },
+        }
+    }
 }
 
 /// Calls `f(mr, offset_in_mr, range_in_data)` (a copy that fails only when the region was
@@ -30,7 +48,16 @@ fn walk(
     mut f: impl FnMut(&crate::mr::MemoryRegion, u64, std::ops::Range<usize>) -> crate::error::Result<()>,
 ) -> Result<(), SgeError> {
     let mut done = 0usize;
-    for s in sges {
+    for (i, s) in sges.iter().enumerate() {
+        let fault = |fault| {
+            SgeError::Fault(SgeFault {
+                sge: u16::try_from(i).unwrap_or(u16::MAX),
+                lkey: s.lkey,
+                addr: s.addr,
+                len: s.length,
+                fault,
+            })
+        };
         if done == len {
             break;
         }
@@ -45,7 +72,7 @@ fn walk(
         let va = s
             .addr
             .checked_add(offset)
-            .ok_or(SgeError::Fault(AccessFault::OutOfBounds {
+            .ok_or(fault(AccessFault::OutOfBounds {
                 va: s.addr,
                 len: sl,
                 base: 0,
@@ -53,11 +80,11 @@ fn walk(
             }))?;
         let mr = dev
             .with_mrs(|t| t.check_lkey(pd, s.lkey, va, n as u64, needed))
-            .map_err(SgeError::Fault)?;
+            .map_err(fault)?;
         // The region may be deregistered between the look-up and the copy: the copy then
         // does nothing and the L_Key counts as invalid (IBTA §10.6.3.2).
         f(&mr, va - mr.addr(), done..done + n)
-            .map_err(|_| SgeError::Fault(AccessFault::InvalidKey { key: s.lkey }))?;
+            .map_err(|_| fault(AccessFault::InvalidKey { key: s.lkey }))?;
         done += n;
         offset = 0;
     }

@@ -3,11 +3,12 @@
 //! (go-back-N). It keeps no copy of the payload: packets are rebuilt from the WQE (its
 //! SGEs, read again from the MRs, or its inline data) every time they are sent.
 
-use super::packet::{emit, gather, Route, SgeError};
+use super::packet::{emit, gather, Route};
 use crate::device::Device;
+use crate::explain::ErrorCause;
 use crate::pd::PdId;
 use crate::qp::state::{QpState, QpType};
-use crate::wc::WcStatus;
+use crate::qp::wc_opcode;
 use crate::wr::{SendFlags, SendOp, SendWqe};
 use std::collections::VecDeque;
 use uroce_wire::{
@@ -86,7 +87,8 @@ pub(crate) struct WqeTx {
     pub done_pkts: u32,
     /// A local error found while building one of its packets (an MR deregistered after the
     /// post): the WQE completes with it when it reaches the front.
-    pub error: Option<WcStatus>,
+    /// Boxed: errors are rare, and this struct is cloned per packet.
+    pub error: Option<Box<ErrorCause>>,
 }
 
 impl WqeTx {
@@ -288,7 +290,8 @@ impl Requester {
                 // order, when the requester reaches it.
                 let error =
                     crate::mw::execute_local(ctx.dev, ctx.pd, ctx.qpn, ctx.qp_type, &wqe.wr.op)
-                        .err();
+                        .err()
+                        .map(Box::new);
                 self.started.push_back(WqeTx {
                     first_psn: self.next_psn,
                     npkts: 0,
@@ -339,8 +342,8 @@ impl Requester {
                 }
                 ReqOut::Sent { len, retransmit }
             }
-            Err(status) => {
-                self.started[i].error = Some(status);
+            Err(cause) => {
+                self.started[i].error = Some(Box::new(cause));
                 // Nothing after it is sent; it completes with the error at the front.
                 self.cursor = (i + 1, 0);
                 ReqOut::Idle
@@ -356,7 +359,7 @@ impl Requester {
         k: u32,
         psn: Psn,
         buf: &mut [u8],
-    ) -> Result<(usize, bool), WcStatus> {
+    ) -> Result<(usize, bool), ErrorCause> {
         let mtu = ctx.mtu.bytes() as u32;
         let first = k == 0;
         let last = k + 1 == w.npkts;
@@ -488,7 +491,12 @@ impl Requester {
                 });
                 (Opcode::RC_ATOMIC_WRITE, 0, 8, true)
             }
-            _ => return Err(WcStatus::LocQpOpErr),
+            (op, _) => {
+                return Err(ErrorCause::UnsupportedOp {
+                    op: wc_opcode(op),
+                    qp_type: ctx.qp_type,
+                })
+            }
         };
         self.noack_pkts += 1;
         // The last PSN the window allows before it waits for an ACK.
@@ -503,24 +511,23 @@ impl Requester {
         bth.pad_count = uroce_wire::pad_len(payload_len);
         repr.bth = bth;
         repr.payload_len = payload_len;
-        let len =
-            emit(&repr, ctx.route, buf, |p| {
-                if p.is_empty() {
-                    return Ok(());
+        let len = emit(&repr, ctx.route, buf, |p| {
+            if p.is_empty() {
+                return Ok(());
+            }
+            match &wqe.inline_data {
+                Some(data) => {
+                    let s = payload_off as usize;
+                    p.copy_from_slice(&data[s..s + p.len()]);
+                    Ok(())
                 }
-                match &wqe.inline_data {
-                    Some(data) => {
-                        let s = payload_off as usize;
-                        p.copy_from_slice(&data[s..s + p.len()]);
-                        Ok(())
-                    }
-                    None => gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, payload_off.into(), p)
-                        .map_err(|e| match e {
-                            SgeError::TooLong => WcStatus::LocLenErr,
-                            SgeError::Fault(_) => WcStatus::LocProtErr,
-                        }),
+                None => {
+                    gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, payload_off.into(), p).map_err(|e| {
+                        e.send_cause(wc_opcode(&wqe.wr.op), wqe.wr.total_len(), &wqe.wr.sg_list)
+                    })
                 }
-            })?;
+            }
+        })?;
         Ok((len, last_of_wqe))
     }
 }

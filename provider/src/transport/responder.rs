@@ -7,7 +7,7 @@
 //! receive completion it ends (if any) and the asynchronous event; every one of them moves
 //! the QP to ERR (IBTA §9.9.3.2).
 
-use super::packet::{emit, Route, SgeError};
+use super::packet::{emit, sge_len, Route, SgeError};
 use super::recv::{
     check_reth, has_recv_wqe, place_send, place_write, send_completion, take_recv_wqe,
     write_imm_completion,
@@ -15,10 +15,11 @@ use super::recv::{
 use crate::counters::Counter;
 use crate::device::Device;
 use crate::event::AsyncEvent;
+use crate::explain::{ErrorCause, SgeFault};
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
 use crate::pd::PdId;
 use crate::srq::SharedReceiveQueue;
-use crate::wc::{WcFlags, WcStatus, WorkCompletion};
+use crate::wc::{WcFlags, WorkCompletion};
 use crate::wr::RecvWqe;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -49,9 +50,16 @@ pub enum RespError {
     /// An R_Key, bounds or rights violation (§9.7.4.1.4, §10.6.3).
     RemoteAccess(AccessFault),
     /// A SEND longer than the receive WQE's buffers (§9.7.4.2.4).
-    RecvTooLong,
+    RecvTooLong {
+        /// The message's bytes as far as they arrived.
+        msg_len: u64,
+        /// Whether that was the whole message.
+        whole: bool,
+        /// Bytes of the receive WQE's buffers.
+        buf_len: u64,
+    },
     /// A receive WQE whose L_Key or range is bad at execution time (§10.6.3.1).
-    RecvProtection,
+    RecvProtection(SgeFault),
     /// A new RDMA READ or atomic beyond the responder resources granted
     /// (`max_dest_rd_atomic`, IBTA §9.4.4 and §9.7.5.1.5): as many earlier ones are still
     /// being answered, or none were granted. Never executed.
@@ -70,21 +78,32 @@ impl RespError {
             | RespError::Unsupported
             | RespError::BadLength
             | RespError::MisalignedAtomic
-            | RespError::RecvTooLong
+            | RespError::RecvTooLong { .. }
             | RespError::TooManyRdAtomic
             | RespError::Invalidate(_) => NakCode::InvalidRequest,
             RespError::RemoteAccess(_) => NakCode::RemoteAccessError,
-            RespError::RecvProtection => NakCode::RemoteOperationalError,
+            RespError::RecvProtection(_) => NakCode::RemoteOperationalError,
         }
     }
 
-    /// The status of the receive WQE the failing message was filling, when there is one
-    /// (otherwise it is flushed with the rest).
-    pub fn recv_status(self) -> Option<WcStatus> {
+    /// The cause (and so the status) of the receive WQE the failing message was filling
+    /// at PSN `psn`, when there is one (otherwise it is flushed with the rest).
+    pub fn recv_cause(self, psn: Psn) -> Option<ErrorCause> {
+        let psn = psn.value();
         match self {
-            RespError::RecvTooLong | RespError::BadLength => Some(WcStatus::LocLenErr),
-            RespError::RecvProtection => Some(WcStatus::LocProtErr),
-            RespError::Invalidate(_) => Some(WcStatus::RemInvReqErr),
+            RespError::RecvTooLong {
+                msg_len,
+                whole,
+                buf_len,
+            } => Some(ErrorCause::RecvTooLong {
+                psn,
+                msg_len,
+                whole,
+                buf_len,
+            }),
+            RespError::BadLength => Some(ErrorCause::RecvBadLength { psn }),
+            RespError::RecvProtection(sge) => Some(ErrorCause::RecvProtection { psn, sge }),
+            RespError::Invalidate(error) => Some(ErrorCause::RecvInvalidate { psn, error }),
             _ => None,
         }
     }
@@ -97,11 +116,11 @@ impl RespError {
             | RespError::Unsupported
             | RespError::BadLength
             | RespError::MisalignedAtomic
-            | RespError::RecvTooLong
+            | RespError::RecvTooLong { .. }
             | RespError::TooManyRdAtomic
             | RespError::Invalidate(_) => AsyncEvent::QpReqErr { qpn },
             RespError::RemoteAccess(_) => AsyncEvent::QpAccessErr { qpn },
-            RespError::RecvProtection => AsyncEvent::QpFatal { qpn },
+            RespError::RecvProtection(_) => AsyncEvent::QpFatal { qpn },
         }
     }
 }
@@ -224,9 +243,9 @@ pub(crate) struct RespCtx<'a> {
 pub(crate) enum RespAction {
     /// A receive completed: write `wc` to the receive CQ (`solicited`: the SE bit was set).
     Recv(WorkCompletion, bool),
-    /// The QP goes to ERR; the NAK is already queued. `wqe` is the receive WQE the failing
-    /// message was using, if any.
-    Fatal(RespError, Option<RecvWqe>),
+    /// The QP goes to ERR; the NAK (of the request at the PSN) is already queued. `wqe` is
+    /// the receive WQE the failing message was using, if any.
+    Fatal(RespError, Psn, Option<RecvWqe>),
 }
 
 /// The responder's state.
@@ -245,7 +264,7 @@ pub(crate) struct Responder {
     out: VecDeque<Out>,
     /// A failure found while building a response (a READ whose region was deregistered
     /// between its packets): its NAK is queued; the QP applies it with [`Self::take_fatal`].
-    fatal: Option<RespError>,
+    fatal: Option<(RespError, Psn)>,
 }
 
 impl Responder {
@@ -304,7 +323,7 @@ impl Responder {
     }
 
     /// The failure a response packet ran into, once (see [`Self::fatal`]).
-    pub fn take_fatal(&mut self) -> Option<RespError> {
+    pub fn take_fatal(&mut self) -> Option<(RespError, Psn)> {
         self.fatal.take()
     }
 
@@ -318,7 +337,7 @@ impl Responder {
     fn fail(&mut self, psn: Psn, e: RespError, actions: &mut Vec<RespAction>) {
         self.ack(psn, AethSyndrome::Nak(e.nak()));
         let wqe = self.take_wqe();
-        actions.push(RespAction::Fatal(e, wqe));
+        actions.push(RespAction::Fatal(e, psn, wqe));
     }
 
     /// Handles one request packet (IBTA §9.7.4.2 / §9.7.5.1).
@@ -539,10 +558,15 @@ impl Responder {
                 match place_send(ctx, wqe, offset, payload) {
                     Ok(()) => {}
                     Err(SgeError::TooLong) => {
-                        return self.fail(psn, RespError::RecvTooLong, actions)
+                        let e = RespError::RecvTooLong {
+                            msg_len: u64::from(*offset) + payload.len() as u64,
+                            whole: info.ends_message(),
+                            buf_len: sge_len(&wqe.wr.sg_list),
+                        };
+                        return self.fail(psn, e, actions);
                     }
-                    Err(SgeError::Fault(_)) => {
-                        return self.fail(psn, RespError::RecvProtection, actions)
+                    Err(SgeError::Fault(f)) => {
+                        return self.fail(psn, RespError::RecvProtection(f), actions)
                     }
                 }
                 if info.ends_message() {
@@ -828,15 +852,17 @@ impl Responder {
                         // from now on, so the rest of the READ is a remote access error
                         // (NAK 0x62 with the PSN of the response packet not sent), and the
                         // QP goes to ERR once the NAK is out.
+                        let nak_psn = first.wrapping_add(k);
                         let nak = Out::Ack {
-                            psn: first.wrapping_add(k),
+                            psn: nak_psn,
                             syndrome: AethSyndrome::Nak(NakCode::RemoteAccessError),
                             msn: *msn,
                         };
                         *front = nak;
-                        self.fatal = Some(RespError::RemoteAccess(AccessFault::InvalidKey {
-                            key: rkey,
-                        }));
+                        self.fatal = Some((
+                            RespError::RemoteAccess(AccessFault::InvalidKey { key: rkey }),
+                            nak_psn,
+                        ));
                         return self.poll_transmit(dest_qpn, mtu, route, buf);
                     }
                 }

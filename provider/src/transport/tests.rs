@@ -22,6 +22,7 @@ use uroce_wire::{
     AethSyndrome, IcrcIpFacts, Mtu, NakCode, Opcode, Psn, RocePacket, RoceRepr, ROCEV2_PORT,
 };
 
+mod explain;
 mod mw;
 mod placement;
 
@@ -365,6 +366,18 @@ impl Pair {
             }
         }
         panic!("did not finish");
+    }
+
+    /// Runs with a black hole for a wire: whatever is sent is lost, timers fire until none
+    /// is left.
+    fn black_hole(&mut self) {
+        for _ in 0..100 {
+            self.pump();
+            self.wire.clear();
+            if !self.fire_timer() {
+                return;
+            }
+        }
     }
 
     fn sent_by_a(&self) -> Vec<&Dgram> {
@@ -849,13 +862,7 @@ fn retry_cnt_counts_retries_then_retry_exc_err_and_flush_in_order() {
             SendFlags::empty(),
         );
         // Black hole: nothing ever arrives.
-        for _ in 0..100 {
-            p.pump();
-            p.wire.clear();
-            if !p.fire_timer() {
-                break;
-            }
-        }
+        p.black_hole();
         // Each of the 3 packets is sent once, then `retry_cnt` more times (C9-141).
         let n = p.sent_by_a().iter().filter(|d| d.psn() == 100).count();
         assert_eq!(n, 1 + retry_cnt as usize, "retry_cnt {retry_cnt}");

@@ -29,8 +29,11 @@ use super::recv::{
 use super::requester::{packets_for, send_write_opcodes, ReqCtx};
 use super::responder::{RespCtx, RespError};
 use crate::counters::Counter;
+use crate::explain::ErrorCause;
 use crate::mr::{AccessFlags, MemoryRegion};
-use crate::wc::{WcStatus, WorkCompletion};
+use crate::qp::state::QpType;
+use crate::qp::wc_opcode;
+use crate::wc::WorkCompletion;
 use crate::wr::{RecvWqe, SendFlags, SendOp, SendWqe};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -90,7 +93,7 @@ impl UcRequester {
         ctx: &ReqCtx<'_>,
         wqe: &SendWqe,
         buf: &mut [u8],
-    ) -> Result<(usize, bool), WcStatus> {
+    ) -> Result<(usize, bool), ErrorCause> {
         let mtu = ctx.mtu.bytes() as u32;
         let len = wqe.wr.total_len() as u32;
         let npkts = packets_for(len, ctx.mtu);
@@ -112,7 +115,12 @@ impl UcRequester {
                 | SendOp::RdmaWriteWithImm { .. },
                 Some(o),
             ) => o,
-            _ => return Err(WcStatus::LocQpOpErr),
+            _ => {
+                return Err(ErrorCause::UnsupportedOp {
+                    op: wc_opcode(op),
+                    qp_type: QpType::Uc,
+                })
+            }
         };
         let off = k * mtu;
         let plen = (len - off.min(len)).min(mtu) as usize;
@@ -159,12 +167,8 @@ impl UcRequester {
                     p.copy_from_slice(&data[s..s + p.len()]);
                     Ok(())
                 }
-                None => {
-                    gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, off.into(), p).map_err(|e| match e {
-                        SgeError::TooLong => WcStatus::LocLenErr,
-                        SgeError::Fault(_) => WcStatus::LocProtErr,
-                    })
-                }
+                None => gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, off.into(), p)
+                    .map_err(|e| e.send_cause(wc_opcode(op), wqe.wr.total_len(), &wqe.wr.sg_list)),
             }
         })?;
         self.next_psn = self.next_psn.next();
@@ -207,7 +211,7 @@ pub(crate) enum UcOut {
     Recv(WorkCompletion, bool),
     /// A receive WQE's buffers failed their L_Key check: it completes with the status
     /// and the QP goes to ERR.
-    Fatal(RecvWqe, WcStatus),
+    Fatal(RecvWqe, ErrorCause),
 }
 
 impl UcResponder {
@@ -343,13 +347,14 @@ impl UcResponder {
                 Self::give_back(ctx, rq, wqe);
                 return;
             }
-            Err(SgeError::Fault(_)) => {
+            Err(SgeError::Fault(sge)) => {
                 let UcState::InSend { wqe, .. } =
                     std::mem::replace(&mut self.state, UcState::Resync)
                 else {
                     return;
                 };
-                out.push(UcOut::Fatal(wqe, WcStatus::LocProtErr));
+                let psn = repr.bth.psn.value();
+                out.push(UcOut::Fatal(wqe, ErrorCause::RecvProtection { psn, sge }));
                 return;
             }
         }

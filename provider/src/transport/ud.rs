@@ -32,9 +32,12 @@ use super::packet::{emit, gather, scatter, sge_len, Route, SgeError};
 use crate::counters::Counter;
 use crate::datapath::qp_src_port;
 use crate::device::{Device, DEFAULT_PKEY};
+use crate::explain::ErrorCause;
 use crate::pd::PdId;
+use crate::qp::state::QpType;
+use crate::qp::wc_opcode;
 use crate::srq::SharedReceiveQueue;
-use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcFlags, WcOpcode, WorkCompletion};
 use crate::wr::{RecvWqe, SendOp, SendWqe};
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -173,7 +176,7 @@ pub(crate) enum UdRecv {
     Drop(Counter),
     /// The receive WQE's buffers failed their L_Key check while the message was being
     /// placed: the WQE completes with this status and the QP goes to ERR.
-    Fatal(RecvWqe, WcStatus),
+    Fatal(RecvWqe, ErrorCause),
 }
 
 impl UdTransport {
@@ -184,9 +187,13 @@ impl UdTransport {
         ctx: &UdSendCtx<'_>,
         wqe: &SendWqe,
         buf: &mut [u8],
-    ) -> Result<(usize, IpAddr), WcStatus> {
+    ) -> Result<(usize, IpAddr), ErrorCause> {
+        let unsupported = ErrorCause::UnsupportedOp {
+            op: wc_opcode(&wqe.wr.op),
+            qp_type: QpType::Ud,
+        };
         let Some(ud) = &wqe.wr.ud else {
-            return Err(WcStatus::LocQpOpErr);
+            return Err(unsupported);
         };
         let (opcode, immdt) = match wqe.wr.op {
             SendOp::Send => (Opcode::UD_SEND_ONLY, None),
@@ -194,7 +201,7 @@ impl UdTransport {
                 Opcode::UD_SEND_ONLY_WITH_IMMEDIATE,
                 Some(ImmDtRepr { imm_data: imm }),
             ),
-            _ => return Err(WcStatus::LocQpOpErr),
+            _ => return Err(unsupported),
         };
         let len = wqe.wr.total_len() as usize;
         let peer = ud.ah.attr().dgid.to_ip();
@@ -233,9 +240,8 @@ impl UdTransport {
                     p.copy_from_slice(&data[..p.len()]);
                     Ok(())
                 }
-                None => gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, p).map_err(|e| match e {
-                    SgeError::TooLong => WcStatus::LocLenErr,
-                    SgeError::Fault(_) => WcStatus::LocProtErr,
+                None => gather(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, p).map_err(|e| {
+                    e.send_cause(wc_opcode(&wqe.wr.op), wqe.wr.total_len(), &wqe.wr.sg_list)
                 }),
             }
         })?;
@@ -301,8 +307,19 @@ pub(crate) fn receive(
     let g = grh(src, ctx.local, roce_len);
     let placed = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, &g)
         .and_then(|()| scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, GRH_LEN as u64, payload));
-    if placed.is_err() {
-        return UdRecv::Fatal(wqe, WcStatus::LocProtErr);
+    if let Err(e) = placed {
+        let psn = repr.bth.psn.value();
+        let cause = match e {
+            SgeError::Fault(sge) => ErrorCause::RecvProtection { psn, sge },
+            // Not expected: the WQE was chosen because it fits.
+            SgeError::TooLong => ErrorCause::RecvTooLong {
+                psn,
+                msg_len: needed,
+                whole: true,
+                buf_len: sge_len(&wqe.wr.sg_list),
+            },
+        };
+        return UdRecv::Fatal(wqe, cause);
     }
     let mut wc = WorkCompletion {
         wr_id: wqe.wr.wr_id,

@@ -58,6 +58,12 @@
 //! - `IBV_SEND_INLINE` copies the bytes from the SGE addresses at post time without
 //!   checking their L_Keys, as libibverbs does (the memory need not be registered).
 //! - `imm_data` is big-endian in `ibv_send_wr` and `ibv_wc`, as in libibverbs.
+//! - `ibv_wc.vendor_err` of an error completion is uroce's code of its cause (0 for
+//!   success): `uroce explain CODE` prints its sentence, and the table is in the docs of
+//!   `uroce_provider::explain` (1 remote access, 2 remote invalid request, 3 remote
+//!   operational, 5 retry exceeded, 6 RNR retry exceeded, 7 local protection, 9 receive
+//!   too long, 17 flushed, ...). The values of each failure (PSN, R_Key, SGE, lengths)
+//!   are in the Rust API's `Cq::explain`.
 //! - An empty `ibv_poll_cq` yields the CPU, so busy-polling programs leave the progress
 //!   engine thread room to run on small machines.
 //! - `ibv_destroy_qp` returns once the QP's CQs, SRQ and PD are free to be destroyed.

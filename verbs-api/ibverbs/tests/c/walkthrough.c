@@ -432,6 +432,10 @@ int main(void)
 		poll_n(a.cq, wc, 1);
 		CHECK(wc[0].status == IBV_WC_REM_ACCESS_ERR, "WRITE with an invalidated key: %s",
 		      ibv_wc_status_str(wc[0].status));
+		/* uroce's code of the cause (`uroce explain 1`): the peer NAKed it with Remote
+		 * Access Error. */
+		CHECK(wc[0].vendor_err == 1, "vendor_err of the refused WRITE: %u, not 1",
+		      wc[0].vendor_err);
 		CHECK(ibv_dealloc_mw(mw2) == 0, "ibv_dealloc_mw type 2");
 	}
 

@@ -540,26 +540,40 @@ impl<'a> Backoff<'a> {
     }
 }
 
-/// An error for a completion that did not succeed.
-pub fn wc_error(wc: &WorkCompletion, what: &str) -> Fail {
-    let hint = match wc.status {
-        WcStatus::RetryExcErr => ": the peer stopped acknowledging (gone, or unreachable)",
-        WcStatus::RnrRetryExcErr => ": the peer posted no receive in time",
-        WcStatus::RemAccessErr => ": the peer refused the access (R_Key, address or rights)",
-        _ => "",
-    };
+/// The explanation of an error completion `wc` polled from `cq`, to follow libibverbs'
+/// status string: `; uroce (vendor_err N): <the cause with its values>` (the code's
+/// template when the CQ no longer holds the cause); empty for a success.
+pub fn explain_wc(cq: &Cq, wc: &WorkCompletion) -> String {
+    match (cq.explain(wc), wc.cause_code()) {
+        (Some(cause), _) => format!("; uroce (vendor_err {}): {cause}", wc.vendor_err),
+        (None, Some(code)) => format!(
+            "; uroce (vendor_err {}): {}",
+            wc.vendor_err,
+            code.template()
+        ),
+        (None, None) => String::new(),
+    }
+}
+
+/// An error for a completion of `cq` that did not succeed, with its explanation.
+pub fn wc_error(cq: &Cq, wc: &WorkCompletion, what: &str) -> Fail {
     format!(
-        "{what}: completion with status {:?} ({}, {}) for wr_id {} on QP 0x{:06x}{hint}",
-        wc.status, wc.status as u32, wc.status, wc.wr_id, wc.qp_num
+        "{what}: completion with status {:?} ({}, {}) for wr_id {} on QP 0x{:06x}{}",
+        wc.status,
+        wc.status as u32,
+        wc.status,
+        wc.wr_id,
+        wc.qp_num,
+        explain_wc(cq, wc)
     )
 }
 
-/// Checks a completion's status.
-pub fn check_wc(wc: &WorkCompletion, what: &str) -> Result<(), Fail> {
+/// Checks a completion's status (`wc` polled from `cq`).
+pub fn check_wc(cq: &Cq, wc: &WorkCompletion, what: &str) -> Result<(), Fail> {
     if wc.status == WcStatus::Success {
         Ok(())
     } else {
-        Err(wc_error(wc, what))
+        Err(wc_error(cq, wc, what))
     }
 }
 

@@ -11,6 +11,7 @@
 //! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
 //! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
 //! - `uroce doctor`: what a uroce program needs on this machine, one line per check.
+//! - `uroce explain [CODE]`: the sentence of an error completion's `vendor_err`.
 //!
 //! Traffic commands print one-line errors (`uroce: error: ...`) and exit with status 1;
 //! bad flags exit with status 2.
@@ -21,6 +22,7 @@ mod devices;
 mod doctor;
 mod exchange;
 mod exec;
+mod explain;
 mod pcap;
 mod pcapout;
 mod perf;
@@ -99,6 +101,10 @@ enum Command {
     /// (or who holds it), CAP_NET_RAW for the raw backend, kernel rxe, the drop-in
     /// libraries. Exit status 1 when a check failed.
     Doctor(doctor::DoctorArgs),
+    /// Say what an error completion's `vendor_err` (`ibv_wc.vendor_err`, uroce's code of
+    /// its cause) means: its sentence, with `{placeholders}` for the values each completion
+    /// has (a Rust program gets them from `Cq::explain`). Without CODE, every code.
+    Explain(explain::ExplainArgs),
 }
 
 /// Prints a one-line error and gives exit status 1.
@@ -134,6 +140,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => report(stat::run(&args)),
         Command::Exec(args) => report(exec::run(&args)),
         Command::Doctor(args) => report(doctor::run(&args)),
+        Command::Explain(args) => report(explain::run(&args)),
         Command::Sim(args) => match args.workload() {
             Ok(w) => sim::run(&args, &w),
             Err(msg) => {

@@ -557,7 +557,7 @@ impl Side {
             }
             let ne = poll_wait(&self.cq, &mut wcs, self.cfg.timeout)?;
             for wc in &wcs[..ne] {
-                check_wc(wc, self.cfg.test.title())?;
+                check_wc(&self.cq, wc, self.cfg.test.title())?;
                 let i = ((wc.wr_id >> 32) & 0xff) as usize;
                 let k = wc.wr_id & 0xffff_ffff;
                 let newly = (k + 1).saturating_sub(done[i]);
@@ -589,7 +589,7 @@ impl Side {
             let ne = poll_wait(&self.cq, &mut wcs, wait)?;
             let now = Instant::now();
             for wc in wcs.iter().take(ne).copied() {
-                check_wc(&wc, "receive")?;
+                check_wc(&self.cq, &wc, "receive")?;
                 if wc.wr_id & KIND_MASK == KIND_RECV {
                     let i = (wc.wr_id & 0xff) as usize;
                     left -= 1;
@@ -617,7 +617,7 @@ impl Side {
                 return Ok(());
             }
             poll_wait(&self.cq, &mut wc, self.cfg.timeout)?;
-            check_wc(&wc[0], self.cfg.test.title())?;
+            check_wc(&self.cq, &wc[0], self.cfg.test.title())?;
             let k = wc[0].wr_id & KIND_MASK;
             if k == KIND_RECV {
                 self.routs[0] -= 1;

@@ -438,7 +438,7 @@ impl Side {
                 poll_wait(&self.cq, &mut wcs, self.cfg.timeout)?
             };
             for wc in wcs.iter().take(ne).copied() {
-                check_wc(&wc, "pingpong")?;
+                check_wc(&self.cq, &wc, "pingpong")?;
                 let Some(&i) = qpn_index.get(&wc.qp_num) else {
                     return Err(format!("completion for unknown QP 0x{:06x}", wc.qp_num));
                 };

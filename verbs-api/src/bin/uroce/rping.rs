@@ -220,7 +220,11 @@ fn wait(e: &Ends, ch: &EventChannel, to: Duration) -> Result<Seen, Fail> {
                 if wc.status == WcStatus::WrFlushErr {
                     return Ok(Seen::Disconnected);
                 }
-                return Err(format!("cq completion failed status {}", wc.status as u32));
+                return Err(format!(
+                    "cq completion failed status {}{}",
+                    wc.status as u32,
+                    crate::common::explain_wc(&e.cq, &wc)
+                ));
             }
             if wc.opcode == WcOpcode::Send {
                 continue;

@@ -173,7 +173,11 @@ fn poll_cqs(nodes: &mut [Node], a: &UdaddyArgs, to: Duration) -> Result<(), Fail
                 continue;
             };
             if wc.status != WcStatus::Success {
-                return Err(format!("udaddy: completion status {}", wc.status as u32));
+                return Err(format!(
+                    "udaddy: completion status {}{}",
+                    wc.status as u32,
+                    crate::common::explain_wc(&n.cq, &wc)
+                ));
             }
             done += 1;
             if n.dest.is_none() && wc.opcode == WcOpcode::Recv {
