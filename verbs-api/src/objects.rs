@@ -728,9 +728,20 @@ impl Cq {
     }
 
     /// Destroys the CQ (`ibv_destroy_cq(3)`): refused with `Busy` while a QP uses it or
-    /// events from it are not acknowledged.
+    /// events the program took from the channel are not acknowledged. Events still
+    /// waiting in the channel, never taken, go with the CQ (as the kernel drops a
+    /// destroyed CQ's unread events): a completion that came after the program's last
+    /// `get_cq_event` (a flush when its QP was destroyed) does not keep it alive.
     pub fn destroy(self) -> Result<(), DestroyError<Cq>> {
-        let unacked = self.inner.unacked.load(Ordering::Acquire);
+        let queue = self.inner.channel.as_ref().map(|c| c.queue.lock());
+        let waiting = queue.as_ref().map_or(0, |q| {
+            q.iter().filter(|c| Arc::ptr_eq(c, &self.inner)).count() as u32
+        });
+        let unacked = self
+            .inner
+            .unacked
+            .load(Ordering::Acquire)
+            .saturating_sub(waiting);
         let res = self.inner.cq.check_unused().and(if unacked > 0 {
             Err(VerbsError::Busy {
                 what: crate::Resource::CqEvents,
@@ -740,11 +751,22 @@ impl Cq {
             Ok(())
         });
         match res {
-            Ok(()) => Ok(()),
-            Err(error) => Err(DestroyError {
-                object: self,
-                error,
-            }),
+            Ok(()) => {
+                if let (Some(mut q), Some(c)) = (queue, self.inner.channel.as_ref()) {
+                    q.retain(|x| !Arc::ptr_eq(x, &self.inner));
+                    if q.is_empty() {
+                        c.fd.clear();
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                drop(queue);
+                Err(DestroyError {
+                    object: self,
+                    error,
+                })
+            }
         }
     }
 

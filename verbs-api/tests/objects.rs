@@ -618,7 +618,25 @@ fn completion_channel_fd_wakes_on_armed_cq() {
         sg_list: vec![],
     }])
     .unwrap();
-    assert!(ch.get_cq_event().unwrap() == cq2);
+    let ev2 = ch.get_cq_event().unwrap();
+    assert!(ev2 == cq2);
+    ch.ack_cq_events(&ev2, 1);
+    drop(ev2);
+    // An event the program never took (here: the flush when its QP was destroyed, on an
+    // armed CQ) does not keep the CQ alive: it goes with the CQ, as the kernel drops a
+    // destroyed CQ's unread events, and the channel is quiet again.
+    cq2.req_notify_cq(false);
+    qp2.post_recv(&[RecvWr {
+        wr_id: 5,
+        sg_list: vec![],
+    }])
+    .unwrap();
+    assert!(readable(5000), "the flush's event is waiting");
+    qp2.destroy();
+    cq2.destroy().unwrap();
+    assert!(!readable(0));
+    assert!(ch.try_get_cq_event().is_none());
+    ch.destroy().unwrap();
 }
 
 #[test]
