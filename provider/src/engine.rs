@@ -80,9 +80,37 @@ use crate::time::Instant;
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Once, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// The engines of this process, for [`flush_at_exit`].
+static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Rounds of sending [`flush_at_exit`] makes per engine at most.
+const EXIT_FLUSH_ROUNDS: usize = 64;
+
+/// Run by `exit(3)` (registered with `atexit` when the first engine starts): what every
+/// engine has queued leaves before the process ends. A UD send completes when its
+/// datagram is built, in a pass that then hands the batch to `sendmmsg`; a program that
+/// sees its last completions and exits at once (udaddy's server, any UD sender) could
+/// otherwise end the process between the two, losing the datagrams the completions
+/// promised. Taking each engine's I/O lock waits for a pass in progress to finish its
+/// send; then whatever is still queued is sent (bounded, and never waiting on a full
+/// socket). The shared contexts of the rdma_cm live until exit, so their engines are
+/// never dropped (which sends too).
+extern "C" fn flush_at_exit() {
+    let live: Vec<Arc<Shared>> = LIVE.lock().iter().filter_map(Weak::upgrade).collect();
+    for s in live {
+        let mut io = s.io.lock();
+        for _ in 0..EXIT_FLUSH_ROUNDS {
+            let out = s.send(&mut io);
+            if out.sent == 0 || !s.dp.has_pending_transmit() {
+                break;
+            }
+        }
+    }
+}
 
 /// The default busy-poll budget: 50 µs.
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
@@ -393,6 +421,17 @@ impl Engine {
             app_passes: AtomicU64::new(0),
             covers: AtomicU64::new(0),
         });
+        {
+            static AT_EXIT: Once = Once::new();
+            let mut live = LIVE.lock();
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&shared));
+            // SAFETY: `flush_at_exit` is an `extern "C" fn()` with no preconditions,
+            // registered once; it only takes locks and sends.
+            AT_EXIT.call_once(|| unsafe {
+                libc::atexit(flush_at_exit);
+            });
+        }
         let thread = if config.progress == Progress::Polled {
             dp.set_waker(Arc::new(|| {}));
             None

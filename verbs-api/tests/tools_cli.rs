@@ -1076,17 +1076,20 @@ fn rping_two_processes_connect_with_the_cm_and_validate_every_ping() {
 }
 
 /// `uroce udaddy` as two processes: 3 UD connections resolved by SIDR, 20 datagrams each
-/// way on each; both print udaddy's lines and `return status 0`.
+/// way on each; both print udaddy's lines and `return status 0`. A client that came
+/// before the server's listen (SIDR_REP "no such service": UNREACHABLE) runs again with a
+/// fresh server: the old server may have accepted that client's other connections,
+/// which would then never send.
 #[test]
 fn udaddy_two_processes_resolve_ud_qps_by_sidr_and_exchange_datagrams() {
     let (s_ip, c_ip) = ("127.22.61.1", "127.22.61.2");
-    let server = uroce()
-        .env("UROCE_DEVICES", format!("s={s_ip}"))
-        .args(["udaddy", "-b", s_ip, "-p", "7181", "-c", "3", "-C", "20"])
-        .spawn()
-        .expect("spawn server");
     let mut tries = 0;
-    let client = loop {
+    let (client, server) = loop {
+        let server = uroce()
+            .env("UROCE_DEVICES", format!("s={s_ip}"))
+            .args(["udaddy", "-b", s_ip, "-p", "7181", "-c", "3", "-C", "20"])
+            .spawn()
+            .expect("spawn server");
         let o = wait(
             uroce()
                 .env("UROCE_DEVICES", format!("c={c_ip}"))
@@ -1099,9 +1102,11 @@ fn udaddy_two_processes_resolve_ud_qps_by_sidr_and_exchange_datagrams() {
         tries += 1;
         let not_yet = out.contains("UNREACHABLE") || err.contains("UNREACHABLE");
         if o.status.success() || !not_yet || tries > 100 {
-            break o;
+            break (o, server);
         }
-        std::thread::sleep(Duration::from_millis(50));
+        let mut server = server;
+        let _ = server.kill();
+        let _ = server.wait();
     };
     let out = assert_ok(&client, "udaddy client");
     assert!(
