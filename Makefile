@@ -39,12 +39,12 @@ build:
 cabi:
 	$(CARGO) build -p uroce-ibverbs --lib
 	$(CARGO) build -p uroce-verbs --bin uroce
-	bash verbs-api/ibverbs/link.sh target/debug
+	bash verbs-api/ibverbs/link.sh $${CARGO_TARGET_DIR:-target}/debug
 
 cabi-release:
 	$(CARGO) build --release -p uroce-ibverbs --lib
 	$(CARGO) build --release -p uroce-verbs --bin uroce
-	bash verbs-api/ibverbs/link.sh target/release
+	bash verbs-api/ibverbs/link.sh $${CARGO_TARGET_DIR:-target}/release
 
 test: fmt-check clippy unit-test fuzz-smoke
 	@echo "make test: fmt, clippy, tests and fuzz smoke all passed"
