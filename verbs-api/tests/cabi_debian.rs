@@ -785,11 +785,20 @@ perf_all_case!(perftest_send_lat_all_sizes, 69, 19139, "ib_send_lat");
 /// zero-copy receives into the program's buffer, a READ back, EBUSY destroys.
 #[test]
 fn c_walkthrough() {
-    run_c_program(
+    let out = run_c_program(
         "c_walkthrough",
         "walkthrough",
         "w0=127.0.72.1,w1=127.0.72.2",
     );
+    // `uroce exec` sets UROCE_EXPLAIN=1: the refused WRITE's completion is explained on
+    // stderr, with the peer's NAK and the R_Key.
+    if let Some(out) = out {
+        assert!(
+            out.lines().any(|l| l.starts_with("uroce: QP 0x")
+                && l.contains("remote access error: the peer NAKed")),
+            "{out}"
+        );
+    }
 }
 
 /// uroce's C program of the extended verbs (`verbs-api/ibverbs/tests/c/extended.c`):
@@ -803,17 +812,15 @@ fn c_extended() {
 
 /// Compiles `verbs-api/ibverbs/tests/c/NAME.c` against the system's `<infiniband/verbs.h>`
 /// (linked against Debian's libibverbs), runs it on uroce's with `devices`, and expects
-/// exit 0 and "NAME: ok".
-fn run_c_program(test: &str, name: &str, devices: &str) {
-    if library(test).is_none() {
-        return;
-    }
+/// exit 0 and "NAME: ok"; its output, or `None` when skipped.
+fn run_c_program(test: &str, name: &str, devices: &str) -> Option<String> {
+    library(test)?;
     if !Path::new("/usr/include/infiniband/verbs.h").is_file() {
         skip(
             test,
             "/usr/include/infiniband/verbs.h not installed (apt-get install libibverbs-dev)",
         );
-        return;
+        return None;
     }
     let src = format!("{}/ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let exe = std::env::temp_dir().join(format!("uroce-{name}-{}", std::process::id()));
@@ -827,7 +834,7 @@ fn run_c_program(test: &str, name: &str, devices: &str) {
         Ok(o) => o,
         Err(e) => {
             skip(test, &format!("no C compiler (cc): {e}"));
-            return;
+            return None;
         }
     };
     assert!(cc.status.success(), "{}", text(&cc));
@@ -836,6 +843,7 @@ fn run_c_program(test: &str, name: &str, devices: &str) {
     let _ = std::fs::remove_file(&exe);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains(&format!("{name}: ok")), "{}", text(&o));
+    Some(text(&o))
 }
 
 /// What uroce does not have yet fails the way the programs expect of a device without it:

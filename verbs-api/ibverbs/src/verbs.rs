@@ -1184,6 +1184,7 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
             let chunk = (want - done).min(buf.len());
             let got = q.k.cq.poll(&mut buf[..chunk]);
             for (i, w) in buf[..got].iter().enumerate() {
+                explain_to_stderr(&q.k.cq, w);
                 // SAFETY: `wc` has `num_entries` entries (ibv_poll_cq's contract).
                 unsafe { wc.add(done + i).write(wc_to_c(w)) };
             }
@@ -1197,6 +1198,27 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
         }
         Ok(done as c_int)
     })
+}
+
+/// With `UROCE_EXPLAIN=1` in the environment (`uroce exec` sets it unless it is set
+/// already), each error completion a C program polls is explained on stderr, one line:
+/// `uroce: QP 0x... wr_id N: <the cause with its values>` (the sentence of
+/// `Cq::explain`; `vendor_err` carries its code either way). Unmodified programs print
+/// only libibverbs' status string, so this is how their users see why.
+pub(crate) fn explain_to_stderr(cq: &uroce_verbs::Cq, w: &WorkCompletion) {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if w.status == uroce_verbs::WcStatus::Success
+        || !*ON.get_or_init(|| std::env::var("UROCE_EXPLAIN").is_ok_and(|v| v.trim() == "1"))
+    {
+        return;
+    }
+    match cq.explain(w) {
+        Some(cause) => eprintln!("uroce: QP {:#08x} wr_id {}: {cause}", w.qp_num, w.wr_id),
+        None => eprintln!(
+            "uroce: QP {:#08x} wr_id {}: {} (vendor_err {}; `uroce explain {}`)",
+            w.qp_num, w.wr_id, w.status, w.vendor_err, w.vendor_err
+        ),
+    }
 }
 
 /// The `req_notify_cq` op (`ibv_req_notify_cq(3)`).

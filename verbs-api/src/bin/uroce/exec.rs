@@ -2,7 +2,8 @@
 //! (rdma-core's `ibv_*` and rdmacm-utils examples, perftest, your own) on uroce, by putting
 //! the directory of uroce's `libibverbs.so.1` and `librdmacm.so.1` first on
 //! `LD_LIBRARY_PATH` and replacing this process with the program. The uroce environment
-//! (`UROCE_DEVICES`, `UROCE_CONFIG`, `UROCE_BACKEND`) passes through.
+//! (`UROCE_DEVICES`, `UROCE_CONFIG`, `UROCE_BACKEND`) passes through, and `UROCE_EXPLAIN=1`
+//! (each error completion the program polls explained on stderr) is set unless given.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -71,6 +72,11 @@ pub fn run(args: &ExecArgs) -> Result<(), Fail> {
     let (prog, rest) = args.command.split_first().ok_or("no program given")?;
     let mut cmd = std::process::Command::new(prog);
     cmd.args(rest).env("LD_LIBRARY_PATH", path);
+    // Error completions explained on stderr (see the C library's docs), unless the
+    // caller chose otherwise.
+    if std::env::var_os("UROCE_EXPLAIN").is_none() {
+        cmd.env("UROCE_EXPLAIN", "1");
+    }
     if let Some(d) = &args.devices {
         cmd.env("UROCE_DEVICES", d);
     }
