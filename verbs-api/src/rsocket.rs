@@ -597,8 +597,12 @@ impl Inner {
                 ..SendWr::new(
                     u64::from(credits),
                     SendOp::RdmaWriteWithImm {
-                        remote_addr: c.remote_sgl.addr
-                            + u64::from(c.remote_sge) * RS_SGE_LEN as u64,
+                        // The peer's target SGL: a wrapped address is refused by
+                        // post_send (and the socket goes to its error state).
+                        remote_addr: c
+                            .remote_sgl
+                            .addr
+                            .wrapping_add(u64::from(c.remote_sge) * RS_SGE_LEN as u64),
                         rkey: c.remote_sgl.key,
                         imm: credits,
                     },
@@ -681,7 +685,7 @@ impl Inner {
                         }
                         _ => {
                             c.sqe_avail += 1;
-                            c.sbuf_bytes_avail += msg_data(m);
+                            c.sbuf_bytes_avail = c.sbuf_bytes_avail.saturating_add(msg_data(m));
                         }
                     }
                     if wc.status != WcStatus::Success && state & S_CONNECTED != 0 {
@@ -1417,9 +1421,10 @@ fn write_data(c: &mut Conn, sizes: &Sizes, chunk: &[u8], target: RsSge) -> io::R
     c.sqe_avail -= 1;
     c.sbuf_bytes_avail -= len;
     let next = RsSge {
-        addr: target.addr + u64::from(len),
+        // The peer wrote `target` (a grant): nothing about it is trusted to add up.
+        addr: target.addr.wrapping_add(u64::from(len)),
         key: target.key,
-        length: target.length - len,
+        length: target.length.saturating_sub(len),
     };
     c.set_target(c.target_sge, next);
     if next.length == 0 {
@@ -1474,7 +1479,7 @@ fn copy_out(c: &mut Conn, rbuf: u32, out: &mut [u8]) {
         if c.rbuf_offset >= rbuf {
             c.rbuf_offset = 0;
         }
-        c.rbuf_bytes_avail += n as u32;
+        c.rbuf_bytes_avail = c.rbuf_bytes_avail.saturating_add(n as u32).min(rbuf);
     }
 }
 

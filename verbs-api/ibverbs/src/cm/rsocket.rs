@@ -230,7 +230,10 @@ pub unsafe extern "C" fn uroce_rrecv(
         if len == 0 {
             return Ok(0);
         }
-        // SAFETY: per the contract.
+        if buf.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        // SAFETY: per the contract (and not NULL).
         let b = unsafe { core::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
         Ok(s.recv(b, msg_flags(flags)).map_err(io)? as isize)
     })
@@ -284,6 +287,12 @@ unsafe fn each_iov(
     };
     let mut total = 0usize;
     for v in iovs.iter().filter(|v| v.iov_len > 0) {
+        if v.iov_base.is_null() {
+            if total > 0 {
+                break;
+            }
+            return Err(Errno(libc::EFAULT));
+        }
         match op(v.iov_base.cast(), v.iov_len, total > 0) {
             Ok(n) => {
                 total += n;
@@ -387,7 +396,10 @@ pub unsafe extern "C" fn uroce_rsend(
         if len == 0 {
             return Ok(0);
         }
-        // SAFETY: per the contract.
+        if buf.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        // SAFETY: per the contract (and not NULL).
         let b = unsafe { core::slice::from_raw_parts(buf.cast::<u8>(), len) };
         Ok(s.send(b, msg_flags(flags)).map_err(io)? as isize)
     })
