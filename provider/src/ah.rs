@@ -71,9 +71,6 @@ impl AhAttr {
                 "dgid is an IPv4-mapped GID, but this device's address is IPv6: use a device on an IPv4 address"
             });
         }
-        if remote.is_multicast() {
-            return Err("dgid is a multicast address: uroce has no multicast groups");
-        }
         if self.flow_label >= 1 << 20 {
             return Err("flow_label is wider than 20 bits");
         }

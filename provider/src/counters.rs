@@ -106,6 +106,12 @@ counters! {
     /// RC and UC packets dropped because their source IP address is not the QP's
     /// destination (the GID of its address vector), as rxe drops them.
     addr_drops => AddrDrops,
+    /// Datagrams received for a multicast group the device is in ([`crate::mcast`]), each
+    /// counted once however many QPs it is delivered to.
+    mcast_received => McastReceived,
+    /// Multicast datagrams dropped: for a group no QP of the device is attached to, or
+    /// with a destination QPN other than 0xFFFFFF (IBTA §9.8.2.1).
+    mcast_drops => McastDrops,
     /// Acknowledge packets sent (ACKs and NAKs; not READ responses or atomic ACKs).
     acks_sent => AcksSent,
     /// Acknowledge packets received (ACKs and NAKs).

@@ -282,6 +282,59 @@ impl Device {
     pub fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
         let dp = &self.dp;
         self.tap(TapDirection::Received, src, None, payload);
+        let Some(pkt) = self.checked(payload, icrc) else {
+            return;
+        };
+        let qpn = pkt.bth().dest_qpn();
+        let Some(qp) = dp.lookup(qpn) else {
+            dp.count(Counter::UnknownQpnDrops, 1);
+            return;
+        };
+        qp.handle_packet(now, src, None, &pkt);
+        dp.settle_cq_errors();
+    }
+
+    /// Feeds one datagram received for the IP multicast group `group` (see
+    /// [`crate::mcast`]): checked as [`Device::handle_datagram`] checks every datagram,
+    /// then handed to each QP of this device attached to the group (IBTA §10.5; each
+    /// checks its Q_Key and takes a receive WQE of its own). The GRH the receivers find
+    /// has the group as its destination. A datagram for a group the device is not in, or
+    /// whose destination QPN is not 0xFFFFFF, is counted in `mcast_drops`.
+    pub fn handle_multicast(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        group: IpAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+    ) {
+        let dp = &self.dp;
+        self.tap(TapDirection::Received, src, None, payload);
+        let Some(pkt) = self.checked(payload, icrc) else {
+            return;
+        };
+        if pkt.bth().dest_qpn() != crate::mcast::MULTICAST_QPN {
+            dp.count(Counter::McastDrops, 1);
+            return;
+        }
+        let mut qpns = [0u32; crate::mcast::MAX_QP_ATTACH];
+        let Some(n) = self.mcast.members(group, &mut qpns) else {
+            dp.count(Counter::McastDrops, 1);
+            return;
+        };
+        dp.count(Counter::McastReceived, 1);
+        for &qpn in &qpns[..n] {
+            if let Some(qp) = dp.lookup(qpn) {
+                qp.handle_packet(now, src, Some(group), &pkt);
+            }
+        }
+        dp.settle_cq_errors();
+    }
+
+    /// The ICRC check and parse every received datagram goes through; `None` when it was
+    /// dropped (and counted).
+    fn checked<'a>(&self, payload: &'a [u8], icrc: RxIcrc) -> Option<RocePacket<&'a [u8]>> {
+        let dp = &self.dp;
         let verdict = match icrc {
             RxIcrc::Verified(v) => Some(v),
             RxIcrc::Facts(facts) => match InvariantHeaders::from_facts(&facts, payload.len())
@@ -290,7 +343,7 @@ impl Device {
                 Ok(v) => Some(v),
                 Err(_) => {
                     dp.count(Counter::MalformedDrops, 1);
-                    return;
+                    return None;
                 }
             },
             RxIcrc::Unverifiable => None,
@@ -299,24 +352,17 @@ impl Device {
             Some(IcrcVerdict::Ok) => {}
             Some(IcrcVerdict::Bad { .. }) => {
                 dp.count(Counter::IcrcDrops, 1);
-                return;
+                return None;
             }
             None => dp.count(Counter::IcrcUnverifiable, 1),
         }
-        let pkt = match RocePacket::new_checked(payload) {
-            Ok(p) => p,
+        match RocePacket::new_checked(payload) {
+            Ok(p) => Some(p),
             Err(_) => {
                 dp.count(Counter::MalformedDrops, 1);
-                return;
+                None
             }
-        };
-        let qpn = pkt.bth().dest_qpn();
-        let Some(qp) = dp.lookup(qpn) else {
-            dp.count(Counter::UnknownQpnDrops, 1);
-            return;
-        };
-        qp.handle_packet(now, src, &pkt);
-        dp.settle_cq_errors();
+        }
     }
 
     /// Writes the next packet to send into `buf` (at least [`MAX_ROCE_PACKET_LEN`] bytes;

@@ -231,6 +231,7 @@ pub struct Device {
     pub(crate) res: Mutex<Resources>,
     events: EventQueue,
     pub(crate) dp: crate::datapath::Datapath,
+    pub(crate) mcast: crate::mcast::Groups,
 }
 
 impl Device {
@@ -255,9 +256,22 @@ impl Device {
             limits,
             events: EventQueue::default(),
             dp: crate::datapath::Datapath::default(),
+            mcast: crate::mcast::Groups::default(),
         };
         dev.events.push(AsyncEvent::PortActive { port: 1 });
         std::sync::Arc::new(dev)
+    }
+
+    /// Installs the backend's side of multicast (see [`crate::mcast`]); `None` removes
+    /// it (then attaching joins nothing on the network). Backends call it at open.
+    pub fn set_mcast_hook(&self, hook: Option<crate::mcast::McastHook>) {
+        self.mcast.set_hook(hook);
+    }
+
+    /// True when some QP of this device is attached to the IP multicast group `group`
+    /// (the simulator's fabric delivers a group's packets to its members).
+    pub fn is_mcast_member(&self, group: IpAddr) -> bool {
+        self.mcast.is_member(group)
     }
 
     /// The configuration the device was opened with.

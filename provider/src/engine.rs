@@ -76,6 +76,7 @@
 use crate::backend::raw::{RawLink, RawStats};
 use crate::backend::udp::{SendOutcome, UdpSockets, UdpStats};
 use crate::backend::{BackendError, Driver, IcrcPolicy, SansIo};
+use crate::mcast::McastChange;
 use crate::time::Instant;
 use parking_lot::Mutex;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -354,6 +355,10 @@ struct Shared {
     /// Passes the application's calls ran (all modes).
     app_passes: AtomicU64,
     covers: AtomicU64,
+    /// Multicast groups the device left ([`McastChange::Leave`]), for the next pass to
+    /// close (a leave may come from the datapath itself, inside the I/O lock).
+    leaves: Mutex<Vec<std::net::IpAddr>>,
+    leaves_pending: AtomicBool,
 }
 
 /// A device's progress engine (see the module docs). Dropping it stops it.
@@ -420,7 +425,14 @@ impl Engine {
             app_seen: AtomicU64::new(0),
             app_passes: AtomicU64::new(0),
             covers: AtomicU64::new(0),
+            leaves: Mutex::new(Vec::new()),
+            leaves_pending: AtomicBool::new(false),
         });
+        let weak = Arc::downgrade(&shared);
+        dp.set_mcast_hook(Some(Arc::new(move |change| match weak.upgrade() {
+            Some(s) => s.mcast_change(change),
+            None => Err(libc::ENODEV),
+        })));
         {
             static AT_EXIT: Once = Once::new();
             let mut live = LIVE.lock();
@@ -545,6 +557,43 @@ impl Driver for Engine {
 }
 
 impl Shared {
+    /// The device's multicast hook (see [`crate::mcast`]): a join opens the group's
+    /// socket now, under the I/O lock, so its errno reaches `attach_mcast`; a leave is
+    /// queued for the next pass (it may come from inside a pass).
+    fn mcast_change(&self, change: McastChange) -> Result<(), i32> {
+        match change {
+            McastChange::Join(group) => {
+                let mut io = self.io.lock();
+                self.apply_leaves(&mut io);
+                let r = match &mut io.link {
+                    Link::Udp(u) => u
+                        .join(group)
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
+                    Link::Raw(_) => Err(libc::EOPNOTSUPP),
+                };
+                drop(io);
+                // A thread asleep before the first group has no group descriptor to watch.
+                self.wake.signal();
+                r
+            }
+            McastChange::Leave(group) => {
+                self.leaves.lock().push(group);
+                self.leaves_pending.store(true, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    fn apply_leaves(&self, io: &mut Io) {
+        let leaves = std::mem::take(&mut *self.leaves.lock());
+        self.leaves_pending.store(false, Ordering::Release);
+        if let Link::Udp(u) = &mut io.link {
+            for g in leaves {
+                u.leave(g);
+            }
+        }
+    }
+
     /// A pass for the application's call (never waits for the thread's).
     fn app_pass(&self) {
         if self.pass(false) {
@@ -574,10 +623,29 @@ impl Shared {
             }
         };
         self.passes.fetch_add(1, Ordering::Relaxed);
+        if self.leaves_pending.load(Ordering::Acquire) {
+            self.apply_leaves(&mut io);
+        }
         let dp = &*self.dp;
         let mut work = false;
         let local = io.link.local_addr();
         let policy = self.icrc;
+        if let Link::Udp(udp) = &mut io.link {
+            if udp.has_groups() {
+                let now = self.now();
+                let port = local.port();
+                let got = udp.recv_groups(|src, group, payload| {
+                    let to = std::net::SocketAddr::new(group, port);
+                    dp.handle_multicast(now, src, group, payload, policy.classify(src, to, payload))
+                });
+                match got {
+                    Ok(n) => work |= n > 0,
+                    Err(_) => {
+                        self.rx_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
         for _ in 0..self.max_batches {
             let now = self.now();
             let (got, batch) = match &mut io.link {
@@ -739,9 +807,18 @@ impl Shared {
             self.wake.sleeping.store(AWAKE, Ordering::SeqCst);
             return;
         }
-        let (rx_fd, blocked, link_deadline) = {
+        let (rx_fd, group_fd, blocked, link_deadline) = {
             let io = self.io.lock();
-            (io.link.rx_fd(), io.blocked_on, io.link.poll_timeout())
+            let group_fd = match &io.link {
+                Link::Udp(u) if u.has_groups() => u.group_fd(),
+                _ => -1,
+            };
+            (
+                io.link.rx_fd(),
+                group_fd,
+                io.blocked_on,
+                io.link.poll_timeout(),
+            )
         };
         let now = self.now();
         let deadline = match (self.dp.poll_timeout(), link_deadline) {
@@ -767,6 +844,11 @@ impl Shared {
             libc::pollfd {
                 fd: blocked.unwrap_or(-1),
                 events: libc::POLLOUT,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: group_fd,
+                events: libc::POLLIN,
                 revents: 0,
             },
         ];

@@ -203,6 +203,9 @@ pub enum Error {
     /// refused at post time; the errno is the post's (`EINVAL`, `ENOMEM` for a full queue).
     #[error("work request refused: {0}")]
     Wr(#[from] crate::wr::WrError),
+    /// `attach_mcast` / `detach_mcast` was refused (see [`crate::mcast`]).
+    #[error(transparent)]
+    Mcast(#[from] crate::mcast::McastError),
     /// An operating system call failed.
     #[error("{op} failed: errno {errno}")]
     Os {
@@ -227,6 +230,7 @@ impl Error {
             Error::Os { errno, .. } => *errno,
             Error::Backend(b) => b.errno(),
             Error::Wr(w) => w.errno(),
+            Error::Mcast(m) => m.errno(),
             _ => EINVAL,
         }
     }

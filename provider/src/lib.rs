@@ -16,6 +16,7 @@
 //! | [`cq`] | completion queue and its notification | IBTA §11.2.8, `ibv_req_notify_cq(3)` |
 //! | [`srq`] | shared receive queue | IBTA §10.2.9, `ibv_modify_srq(3)` |
 //! | [`ah`] | address handle (UD) | IBTA §10.2.2, `ibv_create_ah(3)` |
+//! | [`mcast`] | UD multicast groups and their attached QPs | IBTA §10.5, annex A17.4.5, `ibv_attach_mcast(3)` |
 //! | [`wr`] | work requests and their validation | IBTA §11.4.1, `ibv_post_send(3)` |
 //! | [`wc`] | work completions | IBTA §11.4.2.1, `ibv_poll_cq(3)` |
 //! | [`explain`] | why an error completion failed: its cause, `vendor_err` code and sentence | IBTA §9.7.5, §9.9, §10.3, §10.6 |
@@ -40,6 +41,7 @@ pub mod error;
 pub mod event;
 pub mod explain;
 pub mod limits;
+pub mod mcast;
 pub mod mr;
 pub mod mw;
 pub mod pd;

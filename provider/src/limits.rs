@@ -56,6 +56,14 @@ pub struct DeviceLimits {
     pub max_inline_data: u32,
     /// Number of ports (always 1).
     pub phys_port_cnt: u8,
+    /// Multicast groups a device can be in (see [`crate::mcast`]).
+    pub max_mcast_grp: u32,
+    /// QPs of one device attached to one multicast group (at most
+    /// [`crate::mcast::MAX_QP_ATTACH`]).
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments of one device, all groups together
+    /// (`max_mcast_grp * max_mcast_qp_attach`, as rxe reports it).
+    pub max_total_mcast_qp_attach: u32,
 }
 
 impl DeviceLimits {
@@ -84,6 +92,9 @@ impl DeviceLimits {
         atomic_cap: AtomicCap::Hca,
         max_inline_data: 1024,
         phys_port_cnt: 1,
+        max_mcast_grp: 8192,
+        max_mcast_qp_attach: 56,
+        max_total_mcast_qp_attach: 8192 * 56,
     };
 }
 

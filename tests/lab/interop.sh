@@ -375,6 +375,17 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_p
     for t in write_bw read_bw send_bw; do cperf v4 v4 $t 65536 1024 100; cperf v4 v4 $t 64 4096 200; done
     cperf v4 v4 atomic_bw 8 1024 200 "-A FETCH_AND_ADD"
     for t in write_lat send_lat read_lat; do cperf v4 v4 $t 8 1024 200; done
+    # UD multicast (perftest -g): the server's QP attaches to the group, the client sends
+    # to it. An IPv4 group given with -M (perftest's default MGID, ff01::2:c985:0:0:0:0, is
+    # an IPv6 interface-local one no IPv4 device can reach).
+    # rxe 6.1 as the receiver joins no IP group (ibv_attach_mcast only adds a MAC filter,
+    # and the IPv6 mapping's MAC, 33:33:ef:00:63:01, for an IPv4 group), so the guest's IP
+    # stack drops the datagrams; `ip addr add ... autojoin` joins the group for it.
+    MG=0:0:0:0:0:0:0:0:0:0:255:255:239:0:99:1 MA="-s 4096 -n 200 -g -M $MG"
+    run "v4-c-send_bw-mcast-s4096-server" server bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA" \
+        "ib_send_bw -d rxe0 -x @G -F $MA"
+    run "v4-c-send_bw-mcast-s4096-client" client bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA" \
+        "sh -c '/usr/bin/ip addr add 239.0.99.1/32 dev eth0 autojoin 2>/dev/null; exec ib_send_bw -d rxe0 -x @G -F $MA'"
 else
     echo "lab-interop: Debian's binaries on uroce skipped (make cabi-release; apt-get install ibverbs-utils perftest)" >&2
 fi

@@ -136,11 +136,13 @@ pub use uroce_provider::ah::AhAttr;
 pub use uroce_provider::backend::raw::{RawBackend, RawConfig, RawError};
 pub use uroce_provider::backend::udp::{UdpBackend, UdpConfig};
 pub use uroce_provider::backend::{Backend, BackendError, Detached, Driver, IcrcPolicy};
+pub use uroce_provider::counters::DeviceCounters;
 pub use uroce_provider::device::{DeviceConfig, Gid, PortAttr, PortState};
 pub use uroce_provider::engine::{EngineConfig, Progress};
 pub use uroce_provider::event::AsyncEvent;
 pub use uroce_provider::explain::{CauseCode, ErrReason, ErrorCause, SgeFault};
 pub use uroce_provider::limits::{AtomicCap, DeviceLimits};
+pub use uroce_provider::mcast::{McastError, MULTICAST_QPN};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::mw::{BindError, InvalidateError, MwType};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
@@ -148,6 +150,7 @@ pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
 /// CQ drives the fabric's virtual clock).
 pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
 pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
+pub use uroce_provider::transport::ud::grh_source;
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use uroce_provider::wr::{
     BadWr, FlushLevel, FlushType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError,

@@ -1026,8 +1026,35 @@ impl Qp {
         r
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast(3)`; IBTA
+    /// vol. 1 §10.5, annex A17.4.5): the QP then receives every datagram sent to the group
+    /// (destination QPN [`MULTICAST_QPN`](uroce_provider::mcast::MULTICAST_QPN)) whose
+    /// Q_Key is its own, this device's own sends to the group included. An IPv4 group is
+    /// the IPv4-mapped GID (`Gid::from_ip("239.1.1.1".parse()?)`). The first attach of a
+    /// group on a device joins it on the network (IGMP / MLD on the UDP backend; the raw
+    /// backend refuses with `EOPNOTSUPP`). Attaching twice changes nothing.
+    ///
+    /// Errors (nothing changed): a QP that is not UD, a GID that is not multicast or not
+    /// of the device's IP version (`EINVAL`); `max_mcast_grp` groups or
+    /// `max_mcast_qp_attach` QPs of the group reached (`ENOMEM`); the join's errno.
+    pub fn attach_mcast(&self, gid: Gid) -> Result<()> {
+        self.inner.attach_mcast(gid)
+    }
+
+    /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast(3)`): no
+    /// datagram of the group reaches it once this returns; the last QP of the device
+    /// leaving a group leaves it on the network. `EINVAL` when it was not attached.
+    pub fn detach_mcast(&self, gid: Gid) -> Result<()> {
+        self.inner.detach_mcast(gid)
+    }
+
+    /// The multicast groups this QP is attached to (IP addresses, in order).
+    pub fn mcast_groups(&self) -> Vec<std::net::IpAddr> {
+        self.inner.mcast_groups()
+    }
+
     /// Destroys the QP (`ibv_destroy_qp(3)`): its number, CQs, SRQ and PD are released
-    /// once every clone of this handle is gone.
+    /// once every clone of this handle is gone, and it leaves its multicast groups.
     pub fn destroy(self) {}
 
     /// The provider QP.

@@ -638,6 +638,23 @@ perf_case!(
     ["-n", "200", "-q", "2"],
     (65536, 400)
 );
+// UD multicast (`-g`): the server's QP attaches to the group (an IPv4 one: perftest's
+// default MGID is an IPv6 interface-local one, ff01::2:c985:0:0:0:0, which no IPv4 RoCE
+// device can send to), the client sends to it.
+perf_case!(
+    perftest_send_bw_multicast,
+    78,
+    19148,
+    "ib_send_bw",
+    [
+        "-n",
+        "200",
+        "-g",
+        "-M",
+        "0:0:0:0:0:0:0:0:0:0:255:255:239:0:78:1"
+    ],
+    (4096, 200)
+);
 perf_case!(
     perftest_send_bw_events,
     74,

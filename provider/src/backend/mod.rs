@@ -177,6 +177,21 @@ pub trait SansIo: Send + Sync + 'static {
     fn set_waker(&self, waker: Waker);
     /// See [`Device::has_pending_transmit`].
     fn has_pending_transmit(&self) -> bool;
+    /// See [`Device::handle_multicast`]. Default: the datagram is ignored.
+    fn handle_multicast(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        group: IpAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+    ) {
+        let _ = (now, src, group, payload, icrc);
+    }
+    /// See [`Device::set_mcast_hook`]. Default: nothing (no multicast).
+    fn set_mcast_hook(&self, hook: Option<crate::mcast::McastHook>) {
+        let _ = hook;
+    }
 }
 
 impl SansIo for Device {
@@ -197,6 +212,19 @@ impl SansIo for Device {
     }
     fn has_pending_transmit(&self) -> bool {
         Device::has_pending_transmit(self)
+    }
+    fn handle_multicast(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        group: IpAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+    ) {
+        Device::handle_multicast(self, now, src, group, payload, icrc)
+    }
+    fn set_mcast_hook(&self, hook: Option<crate::mcast::McastHook>) {
+        Device::set_mcast_hook(self, hook)
     }
 }
 

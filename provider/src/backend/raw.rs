@@ -1077,6 +1077,19 @@ impl RawLink {
     /// The MAC to send to `dst` now, or `None` when it must wait (a resolution is
     /// started). Reads the kernel's tables on a miss and when the entry is old.
     fn mac_for(&mut self, now: Instant, dst: IpAddr) -> Option<MacAddress> {
+        // A group's MAC is a function of its address, nothing to resolve: RFC 1112 §6.4
+        // (01:00:5e and the low 23 bits) and RFC 2464 §7 (33:33 and the low 32 bits).
+        match dst {
+            IpAddr::V4(g) if g.is_multicast() => {
+                let o = g.octets();
+                return Some(MacAddress([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]));
+            }
+            IpAddr::V6(g) if g.is_multicast() => {
+                let o = g.octets();
+                return Some(MacAddress([0x33, 0x33, o[12], o[13], o[14], o[15]]));
+            }
+            _ => {}
+        }
         let max_age = self.config.neighbour_max_age;
         if let Some(p) = self.peers.get(&dst) {
             if let (Some(mac), Some(at)) = (p.mac, p.checked) {

@@ -75,7 +75,7 @@ use std::ffi::CStr;
 use std::io;
 use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::Arc;
 use uroce_wire::{IcrcIpFacts, InvariantHeaders, Mtu, ROCEV2_PORT};
 
@@ -361,6 +361,12 @@ pub struct UdpSockets {
     /// Injected receive loss: datagrams dropped per million, and the generator's state.
     drop_ppm: u32,
     drop_state: u64,
+    /// Multicast groups joined: (group, joins not yet left, its socket).
+    groups: Vec<(IpAddr, u32, Socket)>,
+    /// An epoll set of the group sockets ([`UdpSockets::group_fd`]).
+    group_epoll: std::os::fd::OwnedFd,
+    /// The interface index multicast is sent and joined on (0: the kernel chooses).
+    ifindex: u32,
 }
 
 impl std::fmt::Debug for UdpSockets {
@@ -396,20 +402,45 @@ fn setsockopt_int(s: &Socket, level: i32, name: i32, value: i32) -> io::Result<(
     }
 }
 
-/// A non-blocking UDP socket of `addr`'s family with DF set (and, for IPv6, V6ONLY and
-/// zero-checksum receive), bound to `(addr, port)`.
-fn bound_socket(addr: IpAddr, port: u16, buffer: usize) -> Result<Socket, BackendError> {
+/// The index of interface `name` (0 when there is none).
+fn if_index(name: &str) -> u32 {
+    let Ok(c) = std::ffi::CString::new(name) else {
+        return 0;
+    };
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
+/// Multicast from `s` leaves on the device's interface: `IP_MULTICAST_IF` with its
+/// address (IPv4), `IPV6_MULTICAST_IF` with its index (IPv6; skipped when unknown). The
+/// kernel's defaults stay for the rest: TTL / hop limit 1 and loopback on, so a group
+/// member on this host (this device included) gets a copy, as with rxe.
+fn set_multicast_if(s: &Socket, addr: IpAddr, ifindex: u32) -> io::Result<()> {
+    match addr {
+        IpAddr::V4(a) => s.set_multicast_if_v4(&a),
+        IpAddr::V6(_) if ifindex != 0 => s.set_multicast_if_v6(ifindex),
+        IpAddr::V6(_) => Ok(()),
+    }
+}
+
+/// A new non-blocking, close-on-exec UDP socket of `addr`'s family.
+fn udp_socket(addr: IpAddr) -> io::Result<Socket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
         Domain::IPV6
     };
-    let s = Socket::new(
+    Socket::new(
         domain,
         Type::DGRAM.nonblocking().cloexec(),
         Some(Protocol::UDP),
     )
-    .map_err(|e| match e.raw_os_error() {
+}
+
+/// A non-blocking UDP socket of `addr`'s family with DF set (and, for IPv6, V6ONLY and
+/// zero-checksum receive), bound to `(addr, port)`.
+fn bound_socket(addr: IpAddr, port: u16, buffer: usize) -> Result<Socket, BackendError> {
+    let s = udp_socket(addr).map_err(|e| match e.raw_os_error() {
         Some(libc::EAFNOSUPPORT) => BackendError::NoIpv6 { addr },
         _ => BackendError::Os {
             op: "socket",
@@ -508,6 +539,19 @@ impl UdpSockets {
         };
         let mut port_map = vec![0u16; 1 << 16].into_boxed_slice();
         port_map[usize::from(port)] = NO_SOCKET;
+        let ifindex = interface.as_ref().map_or(0, |i| if_index(&i.name));
+        set_multicast_if(&main, addr, ifindex).map_err(os("setsockopt(IP_MULTICAST_IF)", addr))?;
+        // SAFETY: epoll_create1 has no memory-safety preconditions.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(BackendError::Os {
+                op: "epoll_create1",
+                addr,
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: `ep` is a descriptor just returned to us and owned by nothing else.
+        let group_epoll = unsafe { std::os::fd::OwnedFd::from_raw_fd(ep) };
         Ok(UdpSockets {
             local: SocketAddr::new(addr, port),
             main,
@@ -523,6 +567,9 @@ impl UdpSockets {
             stats: UdpStats::default(),
             drop_ppm: config.rx_drop_ppm,
             drop_state: config.rx_drop_seed,
+            groups: Vec::new(),
+            group_epoll,
+            ifindex,
         })
     }
 
@@ -559,7 +606,107 @@ impl UdpSockets {
 
     /// Receives one batch without blocking and calls `f(source, payload)` for each
     /// datagram. Returns how many datagrams were received (0: none waiting).
-    pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+    pub fn recv(&mut self, f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+        let fd = self.main.as_raw_fd();
+        self.recv_fd(fd, f)
+    }
+
+    /// Receives what waits on the multicast group sockets without blocking, at most one
+    /// batch per group, and calls `f(source, group, payload)` for each datagram. Returns
+    /// how many datagrams were received.
+    pub fn recv_groups(
+        &mut self,
+        mut f: impl FnMut(SocketAddr, IpAddr, &[u8]),
+    ) -> io::Result<usize> {
+        let mut total = 0;
+        for i in 0..self.groups.len() {
+            let (group, fd) = (self.groups[i].0, self.groups[i].2.as_raw_fd());
+            total += self.recv_fd(fd, |src, p| f(src, group, p))?;
+        }
+        Ok(total)
+    }
+
+    /// Joins the IP multicast group `group` on the device's interface (IGMP / MLD): the
+    /// first join opens a socket bound to `(group, 4791)` (`SO_REUSEADDR`, so other
+    /// devices and programs on this host can be in the group too) and adds it to
+    /// [`UdpSockets::group_fd`]; later joins count. Errors are the errno of what failed.
+    pub fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        if !group.is_multicast() || group.is_ipv4() != self.local.is_ipv4() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if let Some(g) = self.groups.iter_mut().find(|g| g.0 == group) {
+            g.1 += 1;
+            return Ok(());
+        }
+        let s = udp_socket(group)?;
+        s.set_reuse_address(true)?;
+        if self.socket_buffer > 0 {
+            let _ = s.set_recv_buffer_size(self.socket_buffer);
+        }
+        match (group, self.local.ip()) {
+            (IpAddr::V4(g), IpAddr::V4(local)) => {
+                s.bind(&SockAddr::from(SocketAddr::new(group, self.local.port())))?;
+                s.join_multicast_v4(&g, &local)?;
+            }
+            (IpAddr::V6(g), _) => {
+                s.set_only_v6(true)?;
+                // rxe sends IPv6 with UDP checksum 0; without this Linux drops it.
+                setsockopt_int(&s, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)?;
+                let sa = SocketAddrV6::new(g, self.local.port(), 0, self.ifindex);
+                s.bind(&SockAddr::from(sa))?;
+                s.join_multicast_v6(&g, self.ifindex)?;
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: both descriptors are open; `ev` is a live epoll_event.
+        let r = unsafe {
+            libc::epoll_ctl(
+                self.group_epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                s.as_raw_fd(),
+                &mut ev,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.groups.push((group, 1, s));
+        Ok(())
+    }
+
+    /// Undoes one [`UdpSockets::join`] of `group`; the last closes its socket (which
+    /// leaves the group). Leaving a group not joined does nothing.
+    pub fn leave(&mut self, group: IpAddr) {
+        if let Some(i) = self.groups.iter().position(|g| g.0 == group) {
+            self.groups[i].1 -= 1;
+            if self.groups[i].1 == 0 {
+                // Closing the socket drops it from the epoll set and leaves the group.
+                self.groups.swap_remove(i);
+            }
+        }
+    }
+
+    /// True when some multicast group is joined.
+    pub fn has_groups(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// The groups joined, in the order they were.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.groups.iter().map(|g| g.0).collect()
+    }
+
+    /// A descriptor that is readable (POLLIN) while a datagram waits on a group socket
+    /// (an epoll set of them; never readable while no group is joined).
+    pub fn group_fd(&self) -> RawFd {
+        self.group_epoll.as_raw_fd()
+    }
+
+    fn recv_fd(&mut self, fd: RawFd, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
         let b = self.batch;
         let rx = &mut self.rx;
         for i in 0..b {
@@ -582,7 +729,7 @@ impl UdpSockets {
         // live arrays of `rx` with the sizes given; MSG_DONTWAIT never blocks.
         let n = unsafe {
             libc::recvmmsg(
-                self.main.as_raw_fd(),
+                fd,
                 rx.hdrs.as_mut_ptr(),
                 b as libc::c_uint,
                 libc::MSG_DONTWAIT,
@@ -708,6 +855,7 @@ impl UdpSockets {
             if let Ok(s) = bound_socket(self.local.ip(), port, self.socket_buffer) {
                 // Nothing is ever sent to this port; keep its receive buffer small.
                 let _ = s.set_recv_buffer_size(0);
+                let _ = set_multicast_if(&s, self.local.ip(), self.ifindex);
                 self.sources.push((port, s));
                 self.stats.source_sockets += 1;
                 v = (self.sources.len() - 1) as u16;

@@ -304,6 +304,12 @@ impl QueuePair {
         }
         if has(QpAttrMask::AV) {
             attr.ah_attr.validate(dev).map_err(E::InvalidAv)?;
+            if attr.ah_attr.dgid.to_ip().is_multicast() {
+                // IBTA §10.5: multicast is a datagram service; a connection has one peer.
+                return Err(E::InvalidAv(
+                    "dgid is a multicast GID: only UD QPs send to multicast groups (with an address handle)",
+                ));
+            }
         }
         // IBTA 11.2.5.2 / ibv_modify_qp(3): timeout and min_rnr_timer are 5-bit codes,
         // retry counts 3 bits, PSNs and QPNs 24 bits (IBTA 9.2 / 9.7.1).
@@ -802,8 +808,61 @@ pub(crate) fn wc_opcode(op: &SendOp) -> WcOpcode {
     }
 }
 
+impl QueuePair {
+    /// Attaches this UD QP to the multicast group of `gid` (`ibv_attach_mcast(3)`; IBTA
+    /// vol. 1 §11.3.1; the rules are in [`crate::mcast`]). The first QP of the device in
+    /// a group makes the backend join it. Attaching twice changes nothing.
+    ///
+    /// Errors: [`Error::Mcast`] ([`McastError::NotUd`], [`McastError::NotMulticast`],
+    /// [`McastError::WrongFamily`]: `EINVAL`; [`McastError::TooManyGroups`],
+    /// [`McastError::GroupFull`]: `ENOMEM`; [`McastError::Join`]: the backend's errno).
+    ///
+    /// [`McastError::NotUd`]: crate::mcast::McastError::NotUd
+    /// [`McastError::NotMulticast`]: crate::mcast::McastError::NotMulticast
+    /// [`McastError::WrongFamily`]: crate::mcast::McastError::WrongFamily
+    /// [`McastError::TooManyGroups`]: crate::mcast::McastError::TooManyGroups
+    /// [`McastError::GroupFull`]: crate::mcast::McastError::GroupFull
+    /// [`McastError::Join`]: crate::mcast::McastError::Join
+    pub fn attach_mcast(&self, gid: crate::device::Gid) -> Result<()> {
+        use crate::mcast::McastError;
+        if self.qp_type != QpType::Ud {
+            return Err(McastError::NotUd.into());
+        }
+        let group = crate::mcast::group_of(gid)
+            .ok_or(McastError::NotMulticast(std::net::Ipv6Addr::from(gid.0)))?;
+        let dev = self.pd.device();
+        if group.is_ipv4() != dev.config().addr.is_ipv4() {
+            return Err(McastError::WrongFamily(group).into());
+        }
+        let l = dev.limits();
+        dev.mcast
+            .attach(self.qpn, group, l.max_mcast_grp, l.max_mcast_qp_attach)?;
+        Ok(())
+    }
+
+    /// Detaches this QP from the multicast group of `gid` (`ibv_detach_mcast(3)`): no
+    /// packet of the group reaches it once this returns. `EINVAL`
+    /// ([`McastError::NotAttached`](crate::mcast::McastError::NotAttached)) when it was
+    /// not attached.
+    pub fn detach_mcast(&self, gid: crate::device::Gid) -> Result<()> {
+        use crate::mcast::McastError;
+        let group = crate::mcast::group_of(gid)
+            .ok_or(McastError::NotMulticast(std::net::Ipv6Addr::from(gid.0)))?;
+        self.pd.device().mcast.detach(self.qpn, group)?;
+        Ok(())
+    }
+
+    /// The IP multicast groups this QP is attached to, in address order.
+    pub fn mcast_groups(&self) -> Vec<std::net::IpAddr> {
+        self.pd.device().mcast.groups_of(self.qpn)
+    }
+}
+
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        if self.qp_type == QpType::Ud {
+            self.pd.device().mcast.detach_all(self.qpn);
+        }
         self.send_cq.remove_user();
         self.recv_cq.remove_user();
         if let Some(s) = &self.srq {

@@ -251,7 +251,15 @@ impl QueuePair {
 
     /// Handles one received packet addressed to this QP (called by
     /// [`crate::device::Device::handle_datagram`] after the ICRC and layout checks).
-    pub(crate) fn handle_packet(&self, now: Instant, src: SocketAddr, pkt: &RocePacket<&[u8]>) {
+    /// `group`: the multicast group the packet was sent to (UD only; `None` for a packet
+    /// sent to the device's own address).
+    pub(crate) fn handle_packet(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        group: Option<std::net::IpAddr>,
+        pkt: &RocePacket<&[u8]>,
+    ) {
         let dev = self.pd().device();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -317,7 +325,7 @@ impl QueuePair {
             QpType::Ud => {
                 self.merge_counts(inner, &received_tally(pkt));
                 let mut tally = Counters::default();
-                self.ud_packet(inner, src.ip(), &repr, pkt, &mut tally);
+                self.ud_packet(inner, src.ip(), group, &repr, pkt, &mut tally);
                 self.merge_counts(inner, &tally);
                 self.sync_datapath(inner, false);
                 return;
@@ -771,6 +779,7 @@ impl QueuePair {
         &self,
         inner: &mut QpInner,
         src: std::net::IpAddr,
+        group: Option<std::net::IpAddr>,
         repr: &RoceRepr,
         pkt: &RocePacket<&[u8]>,
         tally: &mut Counters,
@@ -782,7 +791,7 @@ impl QueuePair {
             qpn: self.qpn(),
             qkey: inner.attr.qkey,
             port_mtu: dev.config().port_mtu,
-            local: dev.config().addr,
+            local: group.unwrap_or(dev.config().addr),
             srq: self.srq().map(|s| &**s),
         };
         match ud::receive(

@@ -2,10 +2,10 @@
 //! against rdma-core 44 loads (Debian links with BIND_NOW, and `libmlx5.so.1`,
 //! `libefa.so.1` and `librdmacm.so.1` import the private `IBVERBS_PRIVATE_34` set).
 //! None of them means anything for uroce: the kernel command interface (`ibv_cmd_*`,
-//! `execute_ioctl`), provider registration, imports of kernel objects, dmabuf, ECE,
-//! multicast. Each fails the way its man page or rdma-core's convention says a missing
-//! feature fails (`EOPNOTSUPP`: NULL for pointers, the errno value or -1 for ints) or,
-//! for the `void` ones, does nothing. Arguments are ignored (the C calling convention
+//! `execute_ioctl`), provider registration, imports of kernel objects, dmabuf, ECE.
+//! Each fails the way its man page or rdma-core's convention says a missing feature
+//! fails (`EOPNOTSUPP`: NULL for pointers, the errno value or -1 for ints) or, for the
+//! `void` ones, does nothing. Arguments are ignored (the C calling convention
 //! lets a callee ignore them).
 
 use crate::handle::{errno_value, ffi, minus_one, nothing, null, Errno};
@@ -24,7 +24,7 @@ macro_rules! stubs {
 }
 
 stubs! {
-    // IBVERBS_1.0 and 1.1: kernel struct copies, multicast, L2 resolution.
+    // IBVERBS_1.0 and 1.1: kernel struct copies, L2 resolution.
     ibv_copy_path_rec_from_kern -> () = nothing;
     ibv_copy_path_rec_to_kern -> () = nothing;
     ibv_copy_qp_attr_from_kern -> () = nothing;

@@ -1608,7 +1608,8 @@ pub unsafe extern "C" fn ibv_query_qp(
 const DESTROY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `ibv_destroy_qp(3)`: outstanding WRs are dropped; the CQs, SRQ and PD are released
-/// before it returns.
+/// before it returns. `EBUSY`, nothing destroyed, while the QP is attached to a multicast
+/// group (as uverbs refuses it; `ibv_detach_mcast` first).
 ///
 /// # Safety
 ///
@@ -1618,6 +1619,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ffi!(errno_value, {
         // SAFETY: per the contract.
         let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
+        // uverbs refuses to destroy a QP still attached to a multicast group.
+        if !q.k.qp.mcast_groups().is_empty() {
+            return Err(Errno(libc::EBUSY));
+        }
         let qpn = q.k.qp.qp_num();
         q.k.shared.qps.lock().remove(&qpn);
         // A QP of rdma_create_qp: its id lets go of it too (when the id still has it).
@@ -2001,30 +2006,54 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {
 
 // ---- multicast ----------------------------------------------------------------------------
 
-/// `ibv_attach_mcast(3)`: uroce has no multicast groups (`EOPNOTSUPP`).
+/// `ibv_attach_mcast(3)`: attaches a UD QP to the multicast group `gid` (the rules and
+/// errnos of [`uroce_verbs::Qp::attach_mcast`]: `EINVAL` for a QP that is not UD or a
+/// GID that is not multicast, `ENOMEM` at the limits, `EOPNOTSUPP` on the raw backend).
+/// `lid` is ignored, as on every RoCE device.
 ///
 /// # Safety
 ///
-/// Any arguments.
+/// `qp` as from `ibv_create_qp`; `gid` NULL (`EINVAL`) or 16 readable bytes.
 // Exported as `ibv_attach_mcast@@IBVERBS_1.1` by compat.rs.
 pub unsafe extern "C" fn ibv_attach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const [u8; 16],
+    qp: *mut ibv_qp,
+    gid: *const [u8; 16],
     _lid: u16,
 ) -> c_int {
-    ffi!(errno_value, Err(EOPNOTSUPP))
+    ffi!(errno_value, {
+        // SAFETY: per the contract.
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
+        if gid.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: 16 readable bytes per the contract.
+        let g = uroce_verbs::Gid(unsafe { *gid });
+        q.k.qp.attach_mcast(g)?;
+        Ok(0)
+    })
 }
 
-/// `ibv_detach_mcast(3)`: uroce has no multicast groups (`EOPNOTSUPP`).
+/// `ibv_detach_mcast(3)`: detaches the QP from the group (`EINVAL` when it was not
+/// attached). `lid` is ignored.
 ///
 /// # Safety
 ///
-/// Any arguments.
+/// As [`ibv_attach_mcast`].
 // Exported as `ibv_detach_mcast@@IBVERBS_1.1` by compat.rs.
 pub unsafe extern "C" fn ibv_detach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const [u8; 16],
+    qp: *mut ibv_qp,
+    gid: *const [u8; 16],
     _lid: u16,
 ) -> c_int {
-    ffi!(errno_value, Err(EOPNOTSUPP))
+    ffi!(errno_value, {
+        // SAFETY: per the contract.
+        let q = unsafe { Obj::<UQp>::from_c(qp.cast()) }?;
+        if gid.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: 16 readable bytes per the contract.
+        let g = uroce_verbs::Gid(unsafe { *gid });
+        q.k.qp.detach_mcast(g)?;
+        Ok(0)
+    })
 }

@@ -416,6 +416,43 @@ fn bad_input_gets_the_documented_error_and_data_keeps_its_byte_order() {
         assert_eq!(ibv_dealloc_pd(a.pd), EBUSY);
         assert_eq!(ibv_destroy_cq(a.cq), EBUSY);
 
+        // Multicast (ibv_attach_mcast(3), Linux's ib_attach_mcast and uverbs): an RC QP,
+        // a NULL or unicast GID are EINVAL; a UD QP attached to a group cannot be
+        // destroyed (EBUSY) until it is detached; detaching twice is EINVAL.
+        let mut group = [0u8; 16];
+        group[10..12].copy_from_slice(&[0xff, 0xff]);
+        group[12..].copy_from_slice(&[239, 0, 70, 1]);
+        assert_eq!(ibv_attach_mcast(a.qp, &group, 0), EINVAL);
+        let mut ud_init = ibv_qp_init_attr {
+            qp_context: null_mut(),
+            send_cq: a.cq,
+            recv_cq: a.cq,
+            srq: null_mut(),
+            cap: ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: 4,
+            sq_sig_all: 0,
+        };
+        let ud = ibv_create_qp(a.pd, &mut ud_init);
+        assert!(!ud.is_null(), "create UD QP: errno {}", errno());
+        assert_eq!(ibv_attach_mcast(ud, core::ptr::null(), 0), EINVAL);
+        assert_eq!(ibv_attach_mcast(ud, &a.gid, 0), EINVAL);
+        assert_eq!(ibv_detach_mcast(ud, &group, 0), EINVAL);
+        assert_eq!(ibv_attach_mcast(ud, &group, 0), 0);
+        assert_eq!(ibv_attach_mcast(ud, &group, 0), 0, "attaching twice");
+        assert_eq!(ibv_destroy_qp(ud), EBUSY);
+        assert_eq!(ibv_detach_mcast(ud, &group, 0), 0);
+        assert_eq!(ibv_detach_mcast(ud, &group, 0), EINVAL);
+        assert_eq!(ibv_destroy_qp(ud), 0);
+        let mut dattr: ibv_device_attr = core::mem::zeroed();
+        assert_eq!(ibv_query_device(a.ctx, &mut dattr), 0);
+        assert_eq!((dattr.max_mcast_grp, dattr.max_mcast_qp_attach), (8192, 56));
+
         // Teardown in the right order succeeds.
         for e in [a, b] {
             assert_eq!(ibv_destroy_qp(e.qp), 0);
