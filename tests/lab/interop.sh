@@ -45,7 +45,7 @@ mkdir -p "$OUTDIR"
 
 gsh() { bash "$LAB/guest.sh" "$@"; }
 ns() { ip netns exec rxelab "$@"; }
-PROGS="rping udaddy ucmatose rstream ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
+PROGS="mw_peer rping udaddy ucmatose rstream ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
 cleanup_guest() { gsh $G "for p in $PROGS; do killall -q \$p; done; true" >/dev/null 2>&1; }
 
 teardown() {
@@ -54,6 +54,16 @@ teardown() {
         bash "$LAB/down.sh" >/dev/null 2>&1 && echo "lab-interop: lab down" >&2
     fi
 }
+# uroce's own C programs for the guests (tests/lab/*.c), built here against Debian's
+# libibverbs and shared into the guests at /mnt/host (RXELAB_SHARE).
+export RXELAB_SHARE=${RXELAB_SHARE:-$OUTDIR/share}
+mkdir -p "$RXELAB_SHARE"
+MW_PEER=
+if [ -e /usr/include/infiniband/verbs.h ] && cc -Wall -Wextra -Werror -O1 -o "$RXELAB_SHARE/mw_peer" "$ROOT/tests/lab/mw_peer.c" -libverbs 2>"$OUTDIR/mw_peer.cc.txt"; then
+    MW_PEER=$RXELAB_SHARE/mw_peer
+else
+    echo "lab-interop: tests/lab/mw_peer.c not built (apt-get install libibverbs-dev; $OUTDIR/mw_peer.cc.txt): its cases are skipped" >&2
+fi
 if [ $USE_LAB = 0 ]; then
     trap teardown EXIT
     trap 'exit 130' INT TERM
@@ -162,6 +172,13 @@ verdict() {
             b=$(grep -E '^[0-9]+[km]?_(lat|bw) ' "$g" | awk '{print $1}' | tr '\n' ' ')
             [ "$(echo $a | wc -w)" = 8 ] && [ "$a" = "$b" ] || { echo "rstream rows: uroce '$a' rxe '$b'"; return 1; }
             echo "8 rows each side ($a); 64_lat uroce $(awk '$1=="64_lat"{print $8}' "$u") rxe $(awk '$1=="64_lat"{print $8}' "$g") usec/xfer" ;;
+        mw)   # tests/lab/mw_peer.c: both sides end "mw_peer: ok"; rxe's known departures
+            # from IBTA (as target) are named
+            grep -q '^mw_peer: ok$' "$u" && grep -q '^mw_peer: ok$' "$g" \
+                || { echo "mw_peer: uroce '$(grep -m1 FAILED "$u")' rxe '$(grep -m1 FAILED "$g")'"; return 1; }
+            a=$(grep -h ' ok$' "$u" "$g" | grep -vc 'mw_peer: ok$')
+            b=$(grep -h 'rxe-deviation' "$u" "$g" | awk '{print $2}' | tr '\n' ' ')
+            echo "$a checks ok (type 1/2 binds, WRITE/READ through them, SEND with Invalidate, invalidated and deallocated keys refused)${b:+; rxe 6.1 departs from IBTA in: $b}" ;;
         lat)
             a=$(line "$u" '^ [0-9]+ +[0-9]+ ') b=$(line "$g" '^ [0-9]+ +[0-9]+ ')
             [ -n "$a" ] || [ -n "$b" ] || { echo "no result row"; return 1; }
@@ -386,6 +403,14 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_p
         "ib_send_bw -d rxe0 -x @G -F $MA"
     run "v4-c-send_bw-mcast-s4096-client" client bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA" \
         "sh -c '/usr/bin/ip addr add 239.0.99.1/32 dev eth0 autojoin 2>/dev/null; exec ib_send_bw -d rxe0 -x @G -F $MA'"
+    # Memory windows and SEND with Invalidate (uroce's own program on both sides): uroce
+    # as the target (it binds, rxe writes through the windows) and as the initiator
+    if [ -n "$MW_PEER" ]; then
+        run "v4-c-mw-uroce-target-server" server mw v4 "exec:$MW_PEER -t -d uroce0 -g 0 -p 18650" \
+            "/mnt/host/mw_peer -d rxe0 -g @G -p 18650 -i"
+        run "v4-c-mw-uroce-initiator-client" client mw v4 "exec:$MW_PEER -d uroce0 -g 0 -p 18650 -i" \
+            "/mnt/host/mw_peer -t -d rxe0 -g @G -p 18650"
+    fi
 else
     echo "lab-interop: Debian's binaries on uroce skipped (make cabi-release; apt-get install ibverbs-utils perftest)" >&2
 fi
