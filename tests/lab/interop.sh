@@ -45,7 +45,7 @@ mkdir -p "$OUTDIR"
 
 gsh() { bash "$LAB/guest.sh" "$@"; }
 ns() { ip netns exec rxelab "$@"; }
-PROGS="mw_peer rping udaddy ucmatose rstream ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
+PROGS="mw_peer mckey rping udaddy ucmatose rstream ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat"
 cleanup_guest() { gsh $G "for p in $PROGS; do killall -q \$p; done; true" >/dev/null 2>&1; }
 
 teardown() {
@@ -111,6 +111,17 @@ wait_listen() {
     return 1
 }
 
+# wait until program $2 has an rdma_cm id in the guest, in any state (mckey's is never
+# listening), at most $1 s
+wait_cmid() {
+    local end=$(( $(date +%s) + $1 ))
+    while [ "$(date +%s)" -lt "$end" ]; do
+        gsh $G "rdma res show cm_id" 2>/dev/null | grep -q "comm ${2:0:15} " && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
 # first line matching $2 in file $1
 line() { grep -m1 -E "$2" "$1" 2>/dev/null; }
 
@@ -156,6 +167,11 @@ verdict() {
             b=$(grep -c '^server ping data: rdma-ping-' "$u" "$g" | awk -F: '{s+=$2} END {print s+0}')
             [ "$a" = "$n" ] && [ "$b" = "$n" ] || { echo "pings: client saw $a, server $b, of $n"; return 1; }
             echo "$n pings over the kernel CM, READ and WRITE checked (-V) on the client" ;;
+        mckey)   # the receiver got every datagram sent to the group, both ends say so
+            grep -q '^return status 0' "$u" && grep -q '^return status 0' "$g" \
+                && grep -q '^data transfers complete' "$u" && grep -q '^data transfers complete' "$g" \
+                || { echo "mckey: uroce '$(tail -1 "$u")' rxe '$(tail -1 "$g")'"; return 1; }
+            echo "every datagram to the group ($(line "$u" 'joined dgid' | awk '{print $4}')) received, joined by rdma_join_multicast on both" ;;
         udaddy|ucma)   # both ends counted every completion and said so
             grep -q '^return status 0' "$u" && grep -q '^return status 0' "$g" \
                 && grep -q '^data transfers complete' "$u" && grep -q '^data transfers complete' "$g" \
@@ -229,6 +245,7 @@ run() {
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
         case $uargs in
+            exec:mckey*) wait_cmid 30 mckey; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             cm:*|exec:*@A*) wait_listen 30 "${gcmd%% *}"; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             *) wait_port g $port 30; host_cmd $ip $GIP > "$u" 2>&1; urc=$? ;;
         esac
@@ -398,11 +415,13 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/libibverbs.so.1" ] && command -v ibv_rc_p
     # rxe 6.1 as the receiver joins no IP group (ibv_attach_mcast only adds a MAC filter,
     # and the IPv6 mapping's MAC, 33:33:ef:00:63:01, for an IPv4 group), so the guest's IP
     # stack drops the datagrams; `ip addr add ... autojoin` joins the group for it.
-    MG=0:0:0:0:0:0:0:0:0:0:255:255:239:0:99:1 MA="-s 4096 -n 200 -g -M $MG"
-    run "v4-c-send_bw-mcast-s4096-server" server bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA" \
-        "ib_send_bw -d rxe0 -x @G -F $MA"
-    run "v4-c-send_bw-mcast-s4096-client" client bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA" \
-        "sh -c '/usr/bin/ip addr add 239.0.99.1/32 dev eth0 autojoin 2>/dev/null; exec ib_send_bw -d rxe0 -x @G -F $MA'"
+    # (The address goes again after the run: while the guest has it, its own sends to the
+    # group stay in the guest.)
+    MA="-s 4096 -n 200 -g -M 0:0:0:0:0:0:0:0:0:0:255:255:239:0:99"
+    run "v4-c-send_bw-mcast-s4096-server" server bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA:1" \
+        "ib_send_bw -d rxe0 -x @G -F $MA:1"
+    run "v4-c-send_bw-mcast-s4096-client" client bw2 v4 "exec:ib_send_bw -d uroce0 -x 0 -F $MA:3" \
+        "sh -c '/usr/bin/ip addr add 239.0.99.3/32 dev eth0 autojoin 2>/dev/null; ib_send_bw -d rxe0 -x @G -F $MA:3; rc=\$?; /usr/bin/ip addr del 239.0.99.3/32 dev eth0; exit \$rc'"
     # Memory windows and SEND with Invalidate (uroce's own program on both sides): uroce
     # as the target (it binds, rxe writes through the windows) and as the initiator
     if [ -n "$MW_PEER" ]; then
@@ -455,6 +474,10 @@ if [ -e "$(dirname "$UROCE")/uroce-lib/librdmacm.so.1" ] && command -v rping >/d
         cmc $net udaddy "-b @A -c 2 -C 10" "-c 2 -C 10 -s " udaddy
         cmc $net ucmatose "-b @A -c 2 -C 10" "-c 2 -C 10 -s " ucma
     done
+    # multicast: rdma_join_multicast (the kernel's CMA joins the IPv4 group for rxe), uroce
+    # receiving and sending
+    run "v4-c-cm-mckey-server" server mckey v4 "exec:mckey -m 239.0.99.2 -b @A -C 10" "mckey -m 239.0.99.2 -b @GIP -s -C 10"
+    run "v4-c-cm-mckey-client" client mckey v4 "exec:mckey -m 239.0.99.2 -b $HOST4 -s -C 10" "mckey -m 239.0.99.2 -b @GIP -C 10"
     # the defaults a user types (only the addresses)
     cmc v4 udaddy "-b @A" "-s " udaddy -defaults
     cmc v4 ucmatose "-b @A" "-s " ucma -defaults

@@ -114,6 +114,15 @@ pub struct rdma_conn_param {
     pub qp_num: u32,
 }
 
+/// `struct rdma_cm_join_mc_attr_ex` (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_cm_join_mc_attr_ex {
+    pub comp_mask: u32,
+    pub join_flags: u32,
+    pub addr: *mut libc::sockaddr,
+}
+
 /// `struct rdma_ud_param` (56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy)]

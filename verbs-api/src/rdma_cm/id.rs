@@ -295,6 +295,8 @@ struct IdState {
     /// when the request arrived.
     passive_psn: u32,
     disconnect_reported: bool,
+    /// Multicast groups joined ([`CmId::join_multicast`]), and whether send-only.
+    mcast: Vec<(IpAddr, bool)>,
 }
 
 pub(crate) struct IdInner {
@@ -379,6 +381,9 @@ impl PartialEq for CmId {
 }
 impl Eq for CmId {}
 
+/// The hop limit of a multicast join's address (Linux's CMA: `IPV6_DEFAULT_HOPLIMIT`).
+const MCAST_HOP_LIMIT: u8 = 64;
+
 fn bad(call: &'static str, s: State) -> CmError {
     CmError::BadState {
         call,
@@ -416,6 +421,7 @@ impl CmId {
                     offered: (0, 0),
                     passive_psn: 0,
                     disconnect_reported: false,
+                    mcast: Vec::new(),
                 }),
                 user: AtomicU64::new(0),
             }),
@@ -699,7 +705,104 @@ impl CmId {
 
     /// Forgets the QP (`rdma_destroy_qp(3)`); the QP itself goes when its last handle does.
     pub fn destroy_qp(&self) {
-        self.inner.st.lock().qp = None;
+        let mut st = self.inner.st.lock();
+        if let Some(qp) = st.qp.take() {
+            for &(g, send_only) in &st.mcast {
+                if !send_only {
+                    let _ = qp.detach_mcast(Gid::from_ip(g));
+                }
+            }
+        }
+    }
+
+    /// Joins the multicast group `group` (`rdma_join_multicast(3)`,
+    /// `rdma_join_multicast_ex(3)`; IBTA annex A17.4.5 and Linux's CMA for RoCEv2): the
+    /// group's MGID is its RoCEv2 GID (IPv4-mapped for IPv4). Nothing is asked of a
+    /// subnet manager on RoCE, so the join completes at once: `MulticastJoin` is raised
+    /// with the [`UdParam`] to send to the group (the MGID as `dgid`, QPN 0xFFFFFF, Q_Key
+    /// [`RDMA_UDP_QKEY`]). The id's QP, when it has one and `send_only` is false, is
+    /// attached to the group first ([`Qp::attach_mcast`], as librdmacm does on the
+    /// event); a refused attach raises `MulticastError` with its `-errno` instead.
+    ///
+    /// Errors (`EINVAL`): an id that is not bound or resolved to a device, of a port
+    /// space other than UDP or IPoIB, a `group` that is not multicast or not of the
+    /// device's IP version; `EADDRINUSE` when the id is in the group already.
+    pub fn join_multicast(&self, group: IpAddr, send_only: bool) -> CmResult<()> {
+        let group = canonical(group);
+        let mut st = self.inner.st.lock();
+        if !matches!(st.state, State::AddrBound | State::AddrResolved) || st.agent.is_none() {
+            return Err(bad("join_multicast", st.state));
+        }
+        if !matches!(self.inner.ps, PortSpace::Udp | PortSpace::Ipoib) {
+            return Err(CmError::Invalid(
+                "multicast needs a UD id (RDMA_PS_UDP or RDMA_PS_IPOIB)",
+            ));
+        }
+        let local = st.src.map(|s| canonical(s.ip()));
+        if !group.is_multicast() || local.is_some_and(|l| l.is_ipv4() != group.is_ipv4()) {
+            return Err(CmError::Invalid(
+                "not a multicast address of the id's IP version",
+            ));
+        }
+        if st.mcast.iter().any(|&(g, _)| g == group) {
+            return Err(CmError::AddrInUse {
+                addr: group,
+                port: 0,
+            });
+        }
+        let mgid = Gid::from_ip(group);
+        let attach = match (&st.qp, send_only) {
+            (Some(qp), false) => qp.attach_mcast(mgid).err(),
+            _ => None,
+        };
+        let (kind, status) = match attach {
+            None => {
+                st.mcast.push((group, send_only));
+                (CmEventKind::MulticastJoin, 0)
+            }
+            Some(e) => (CmEventKind::MulticastError, -e.errno()),
+        };
+        drop(st);
+        let ud = UdParam {
+            private_data: Vec::new(),
+            ah_attr: AhAttr {
+                dgid: mgid,
+                is_global: true,
+                hop_limit: MCAST_HOP_LIMIT,
+                ..AhAttr::default()
+            },
+            qp_num: uroce_provider::mcast::MULTICAST_QPN,
+            qkey: RDMA_UDP_QKEY,
+        };
+        push(
+            &self.inner,
+            None,
+            kind,
+            status,
+            ConnParam::default(),
+            Some(ud),
+        );
+        Ok(())
+    }
+
+    /// Leaves a group of [`CmId::join_multicast`] (`rdma_leave_multicast(3)`): the id's QP
+    /// is detached from it. `EADDRNOTAVAIL` when the id is not in the group.
+    pub fn leave_multicast(&self, group: IpAddr) -> CmResult<()> {
+        let group = canonical(group);
+        let mut st = self.inner.st.lock();
+        let Some(i) = st.mcast.iter().position(|&(g, _)| g == group) else {
+            return Err(CmError::NotJoined(group));
+        };
+        let (_, send_only) = st.mcast.remove(i);
+        if let (Some(qp), false) = (&st.qp, send_only) {
+            let _ = qp.detach_mcast(Gid::from_ip(group));
+        }
+        Ok(())
+    }
+
+    /// The multicast groups the id is in.
+    pub fn multicast_groups(&self) -> Vec<IpAddr> {
+        self.inner.st.lock().mcast.iter().map(|&(g, _)| g).collect()
     }
 
     /// Listens for connection requests (`rdma_listen(3)`) on the bound address: one

@@ -85,6 +85,9 @@ pub enum CmError {
     /// The connection manager refused the call.
     #[error("connection manager: {0}")]
     Cm(#[from] uroce_cm::CmError),
+    /// `leave_multicast` of a group the id is not in (`EADDRNOTAVAIL`, librdmacm's).
+    #[error("the id is not in multicast group {0}")]
+    NotJoined(std::net::IpAddr),
     /// The wait for an event timed out (`ETIMEDOUT`), or there is no event now
     /// (`EAGAIN` from a non-blocking get).
     #[error("no event")]
@@ -96,7 +99,7 @@ impl CmError {
     pub fn errno(&self) -> i32 {
         match self {
             CmError::Verbs(e) => e.errno(),
-            CmError::NoDevice(_) => libc::EADDRNOTAVAIL,
+            CmError::NoDevice(_) | CmError::NotJoined(_) => libc::EADDRNOTAVAIL,
             CmError::AddrInUse { .. } => libc::EADDRINUSE,
             CmError::BadState { .. } | CmError::Invalid(_) | CmError::Cm(_) => libc::EINVAL,
             CmError::NoEvent => libc::EAGAIN,

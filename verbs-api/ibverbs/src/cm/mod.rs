@@ -43,9 +43,9 @@
 //!
 //! ## Refused or not there
 //!
-//! Multicast (`rdma_join_multicast*`, `rdma_leave_multicast`) and ECE
-//! (`rdma_set_local_ece`, `rdma_reject_ece`) fail with `EOPNOTSUPP`; `rdma_get_remote_ece`
-//! reports none. `rdma_set_option` accepts and ignores `RDMA_OPTION_ID_TOS`, `_REUSEADDR`
+//! ECE (`rdma_set_local_ece`, `rdma_reject_ece`) fails with `EOPNOTSUPP`;
+//! `rdma_get_remote_ece` reports none. (Multicast joins work: `rdma_join_multicast*`,
+//! `rdma_leave_multicast`, see [`uroce_rdma_join_multicast`].) `rdma_set_option` accepts and ignores `RDMA_OPTION_ID_TOS`, `_REUSEADDR`
 //! and `_AFONLY`, refuses `RDMA_OPTION_ID_ACK_TIMEOUT` and `RDMA_OPTION_IB_PATH`
 //! (`EOPNOTSUPP`), and unknown options as the kernel does (`ENOSYS`). AF_IB addresses are
 //! `EAFNOSUPPORT`. `rdma_notify` accepts `IBV_EVENT_COMM_EST` (the Rust CM establishes on
@@ -66,7 +66,7 @@ use core::ptr;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -148,6 +148,9 @@ pub struct UId {
     sync: AtomicBool,
     path: Box<PathRec>,
     ep_qp_init: Mutex<Option<QpInit>>,
+    /// The `context` of each multicast join (group, pointer): librdmacm hands it back in
+    /// the join event's `param.ud.private_data`.
+    mcast_ctx: Mutex<Vec<(IpAddr, usize)>>,
 }
 impl Kind for UId {
     type C = rdma_cm_id;
@@ -381,6 +384,7 @@ unsafe fn new_c_id(
             sync: AtomicBool::new(sync),
             path: Box::new(PathRec(UnsafeCell::new(ibv_sa_path_rec::default()))),
             ep_qp_init: Mutex::new(None),
+            mcast_ctx: Mutex::new(Vec::new()),
         },
     );
     cm.set_user_context(p as u64);
@@ -1006,6 +1010,11 @@ pub unsafe extern "C" fn uroce_rdma_create_qp_ex(
 /// `o` live.
 unsafe fn destroy_qp(o: &Obj<UId>) {
     let c = o.c();
+    // First the id lets go of the QP (and detaches it from the id's multicast groups, as
+    // librdmacm leaves them when the id goes), so that the QP can be destroyed.
+    if let Some(id) = o.k.id.lock().clone() {
+        id.destroy_qp();
+    }
     // SAFETY: a live id; `ibv_destroy_qp` checks the QP (one the program destroyed
     // itself is `EINVAL`, ignored).
     unsafe {
@@ -1014,9 +1023,6 @@ unsafe fn destroy_qp(o: &Obj<UId>) {
             verbs::ibv_destroy_qp(qp);
         }
         (*c).qp = ptr::null_mut();
-    }
-    if let Some(id) = o.k.id.lock().clone() {
-        id.destroy_qp();
     }
     // SAFETY: a live id.
     unsafe { destroy_cqs(c) };
@@ -1461,11 +1467,29 @@ unsafe fn deliver(
         None => ev.param.private_data.clone(),
     };
     let len = u8::try_from(data.len()).unwrap_or(u8::MAX);
-    let pdp: *const c_void = if data.is_empty() {
+    let mut pdp: *const c_void = if data.is_empty() {
         ptr::null()
     } else {
         data.as_ptr().cast()
     };
+    if matches!(
+        ev.kind,
+        CmEventKind::MulticastJoin | CmEventKind::MulticastError
+    ) {
+        // librdmacm: a join's event carries the join's `context` as its private data.
+        let group = ev.ud.as_ref().map(|u| canonical_ip(u.ah_attr.dgid.to_ip()));
+        let ctx = o.k.mcast_ctx.lock();
+        pdp = ctx
+            .iter()
+            .find(|(g, _)| Some(*g) == group)
+            .map_or(ptr::null(), |&(_, c)| c as *const c_void);
+        if ev.kind == CmEventKind::MulticastError {
+            drop(ctx);
+            if let Some(g) = group {
+                o.k.mcast_ctx.lock().retain(|(x, _)| *x != g);
+            }
+        }
+    }
     let param = match &ev.ud {
         Some(u) => rdma_cm_event_param {
             ud: rdma_ud_param {
@@ -1967,20 +1991,127 @@ pub unsafe extern "C" fn uroce_rdma_migrate_id(
     })
 }
 
-/// `rdma_join_multicast(3)`: uroce has no multicast (`EOPNOTSUPP`).
-#[no_mangle]
-pub extern "C" fn uroce_rdma_join_multicast() -> c_int {
-    ffi!(minus_one, Err(EOPNOTSUPP))
+/// An IP address in the form the Rust id keeps (IPv4-mapped IPv6 as IPv4).
+fn canonical_ip(a: IpAddr) -> IpAddr {
+    a.to_canonical()
 }
 
-/// `rdma_join_multicast_ex(3)`: uroce has no multicast (`EOPNOTSUPP`).
-#[no_mangle]
-pub extern "C" fn uroce_rdma_join_multicast_ex() -> c_int {
-    ffi!(minus_one, Err(EOPNOTSUPP))
+/// Joins `addr`'s group on `o` ([`CmId::join_multicast`]), keeping `context` for the
+/// event.
+///
+/// # Safety
+///
+/// `o` is live; `addr` as for [`sockaddr_from_c`].
+unsafe fn join(
+    o: &Obj<UId>,
+    addr: *const libc::sockaddr,
+    send_only: bool,
+    context: *mut c_void,
+) -> Result<(), Errno> {
+    // SAFETY: forwarded.
+    let group = unsafe { sockaddr_from_c(addr) }?.ok_or(EINVAL)?;
+    let group = canonical_ip(group.ip());
+    let id = cm(o)?;
+    o.k.mcast_ctx.lock().push((group, context as usize));
+    if let Err(e) = id.join_multicast(group, send_only) {
+        o.k.mcast_ctx.lock().retain(|(g, _)| *g != group);
+        return Err(Errno(e.errno()));
+    }
+    Ok(())
 }
 
-/// `rdma_leave_multicast(3)`: uroce has no multicast (`EOPNOTSUPP`).
+/// `rdma_join_multicast(3)`: joins the multicast group of `addr` (IPv4 or IPv6) as a full
+/// member ([`CmId::join_multicast`]): on RoCE no subnet manager is asked, so
+/// `RDMA_CM_EVENT_MULTICAST_JOIN` follows at once with `param.ud` to send to the group
+/// (the MGID, QPN 0xFFFFFF, Q_Key 0x01234567) and `context` as its `private_data`; the
+/// id's QP is attached to the group.
+///
+/// # Safety
+///
+/// `id` from `rdma_create_id`; `addr` NULL (`EINVAL`) or a readable address.
 #[no_mangle]
-pub extern "C" fn uroce_rdma_leave_multicast() -> c_int {
-    ffi!(minus_one, Err(EOPNOTSUPP))
+pub unsafe extern "C" fn uroce_rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    ffi!(minus_one, {
+        // SAFETY: per the contract.
+        let o = unsafe { id_obj(id) }?;
+        // SAFETY: per the contract.
+        unsafe { join(o, addr, false, context) }?;
+        Ok(0)
+    })
+}
+
+/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`, `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`, and the first bit
+/// librdmacm does not know.
+const MC_ATTR_ADDRESS: u32 = 1;
+const MC_ATTR_JOIN_FLAGS: u32 = 2;
+const MC_ATTR_RESERVED: u32 = 4;
+/// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`, `RDMA_MC_JOIN_FLAG_RESERVED`.
+const MC_JOIN_SENDONLY: u32 = 1;
+const MC_JOIN_RESERVED: u32 = 2;
+
+/// `rdma_join_multicast_ex(3)`: as [`uroce_rdma_join_multicast`] with join flags; a
+/// send-only full member's QP is not attached (it only sends). librdmacm's checks: a
+/// `comp_mask` beyond what it knows is `ENOTSUP`; no address, no join flags or an
+/// unknown flag `EINVAL`.
+///
+/// # Safety
+///
+/// `id` from `rdma_create_id`; `attr` NULL (`EINVAL`) or a readable
+/// `struct rdma_cm_join_mc_attr_ex` whose `addr` is a readable address.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    ffi!(minus_one, {
+        // SAFETY: per the contract.
+        let o = unsafe { id_obj(id) }?;
+        if attr.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: readable per the contract.
+        let a = unsafe { ptr::read_unaligned(attr) };
+        if a.comp_mask >= MC_ATTR_RESERVED {
+            return Err(Errno(libc::ENOTSUP));
+        }
+        if a.comp_mask & MC_ATTR_ADDRESS == 0
+            || a.comp_mask & MC_ATTR_JOIN_FLAGS == 0
+            || a.join_flags >= MC_JOIN_RESERVED
+        {
+            return Err(EINVAL);
+        }
+        // SAFETY: per the contract.
+        unsafe { join(o, a.addr, a.join_flags == MC_JOIN_SENDONLY, context) }?;
+        Ok(0)
+    })
+}
+
+/// `rdma_leave_multicast(3)`: leaves a group of `rdma_join_multicast` (the id's QP is
+/// detached); `EADDRNOTAVAIL` when the id is not in it.
+///
+/// # Safety
+///
+/// `id` from `rdma_create_id`; `addr` NULL (`EINVAL`) or a readable address.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdma_leave_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    ffi!(minus_one, {
+        // SAFETY: per the contract.
+        let o = unsafe { id_obj(id) }?;
+        // SAFETY: per the contract.
+        let group = unsafe { sockaddr_from_c(addr) }?.ok_or(EINVAL)?;
+        let group = canonical_ip(group.ip());
+        cm(o)?
+            .leave_multicast(group)
+            .map_err(|e| Errno(e.errno()))?;
+        o.k.mcast_ctx.lock().retain(|(g, _)| *g != group);
+        Ok(0)
+    })
 }
