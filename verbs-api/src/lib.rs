@@ -14,7 +14,9 @@
 //! `devs[0].open()` instead of `open_on(&sim, ..)` the same code runs over real UDP
 //! (`verbs-api/examples/rdma_ops.rs` is two processes exchanging GID, QPN, PSN and a
 //! region's address and R_Key over TCP, then WRITE, READ, atomics and SEND with
-//! immediate; `rc_send_recv.rs` writes every QP transition out).
+//! immediate; `rc_send_recv.rs` writes every QP transition out). Between two hosts, the
+//! [`connect`] helper does the exchange and the three transitions in one call
+//! ([`connect::connect_rc`]), with the attributes `ibv_rc_pingpong` uses.
 //!
 //! ```
 //! use uroce_verbs::*;
@@ -126,6 +128,7 @@
 
 #![warn(missing_docs)]
 
+pub mod connect;
 mod eventfd;
 mod objects;
 pub mod rdma_cm;
