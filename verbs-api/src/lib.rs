@@ -17,6 +17,9 @@
 //! immediate; `rc_send_recv.rs` writes every QP transition out). Between two hosts, the
 //! [`connect`] helper does the exchange and the three transitions in one call
 //! ([`connect::connect_rc`]), with the attributes `ibv_rc_pingpong` uses.
+//! With the `tokio` feature, `uroce_verbs::aio` is the async API: completions awaited
+//! one by one or as a stream, each WR's completion as a future, the completion channel
+//! and the async event queue on tokio's reactor, and `connect::connect_rc_async`.
 //!
 //! ```
 //! use uroce_verbs::*;
@@ -128,6 +131,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 pub mod connect;
 mod eventfd;
 mod objects;
