@@ -494,9 +494,10 @@ pub fn connect_rc<S: Read + Write>(
     let mut msg = [0u8; INFO_LEN];
     stream.read_exact(&mut msg)?;
     let (r, marker) = finish(qp, &local, &msg, opts);
-    stream.write_all(marker)?;
-    stream.flush()?;
+    // This side's own failure first: a peer that left makes the marker's write fail too.
+    let wrote = stream.write_all(marker).and_then(|_| stream.flush());
     let peer = r?;
+    wrote?;
     let mut m = [0u8; 4];
     stream.read_exact(&mut m)?;
     check_marker(&m)?;
@@ -523,9 +524,12 @@ where
     let mut msg = [0u8; INFO_LEN];
     stream.read_exact(&mut msg).await?;
     let (r, marker) = finish(qp, &local, &msg, opts);
-    stream.write_all(marker).await?;
-    stream.flush().await?;
+    let wrote = match stream.write_all(marker).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
     let peer = r?;
+    wrote?;
     let mut m = [0u8; 4];
     stream.read_exact(&mut m).await?;
     check_marker(&m)?;
