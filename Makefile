@@ -4,8 +4,9 @@
 #   make cabi         target/debug/uroce-lib/libibverbs.so.1 and librdmacm.so.1: uroce as a
 #                     drop-in libibverbs and librdmacm for unmodified C programs (run them
 #                     with `uroce exec -- PROGRAM`)
-#   make test         fmt check, clippy -D warnings, unit/property/integration/doc tests,
-#                     and a short fuzz smoke of every fuzz target
+#   make test         fmt check, clippy -D warnings, unit/property/integration/doc tests
+#                     (with uroce-verbs' async API: --features uroce-verbs/tokio), and a
+#                     short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
 #   make bench        throughput figures (not a test; numbers are printed, never asserted)
 #   make lab-bench    uroce against rxe in the lab's guests, side by side (root; figures only)
@@ -58,6 +59,7 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p uroce-verbs --all-targets --features tokio -- -D warnings
 
 # Test output is kept in target/test-results.log so `make test` can print the totals last.
 # A test that cannot run here (a lab tool or a Debian binary missing) passes after writing a
@@ -66,14 +68,17 @@ clippy:
 # libibverbs.so.1 is not built (unit-test builds it: make cabi).
 SKIP_LOG = $(CURDIR)/target/test-skips.log
 export UROCE_SKIP_LOG = $(SKIP_LOG)
+# TEST_FEATURES: the async API (uroce-verbs' `tokio` feature) is tested too; its tests and
+# the async_echo example need it. The C library (make cabi) is built without it.
+TEST_FEATURES = --features uroce-verbs/tokio
 unit-test: cabi
 	@mkdir -p target; rm -f $(SKIP_LOG)
 	# The tool tests run the examples as programs, so build them under their plain names.
-	$(CARGO) build --workspace --examples
+	$(CARGO) build --workspace --examples $(TEST_FEATURES)
 	# Not --all-targets: that would also run the harness-less benchmarks as tests.
 	set -o pipefail; UROCE_REQUIRE_CABI=1 \
-	  $(CARGO) test --workspace --lib --bins --tests --examples 2>&1 | tee target/test-results.log
-	set -o pipefail; $(CARGO) test --workspace --doc 2>&1 | tee -a target/test-results.log
+	  $(CARGO) test --workspace --lib --bins --tests --examples $(TEST_FEATURES) 2>&1 | tee target/test-results.log
+	set -o pipefail; $(CARGO) test --workspace --doc $(TEST_FEATURES) 2>&1 | tee -a target/test-results.log
 
 fuzz-build:
 	cd fuzz && $(FUZZ_ENV) $(CARGO) fuzz build $(FUZZ_FLAGS)

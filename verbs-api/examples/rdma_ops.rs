@@ -12,14 +12,15 @@
 //! cargo run -p uroce-verbs --example rdma_ops -- client 127.0.0.1 127.0.0.2
 //! ```
 //!
-//! The TCP exchange uses port 18600 on the server's address. The message each side
-//! sends is one line: `GID QPN PSN ADDR LEN RKEY`, in hex (the client's region fields
-//! are its own and unused by the server).
+//! The TCP exchange uses port 18600 on the server's address; it is the connection
+//! helper's ([`uroce_verbs::connect::connect_rc`]: GID, QPN, PSN and the server's region,
+//! then both QPs in RTS with `ibv_rc_pingpong`'s attributes; its module docs give the
+//! bytes).
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
+use uroce_verbs::connect::{self, connect_rc, RcOptions};
 use uroce_verbs::*;
 
 const TCP_PORT: u16 = 18600;
@@ -30,58 +31,6 @@ const REGION: usize = DATA + 8;
 /// The immediate data of the client's final SEND.
 const DONE_IMM: u32 = 0xd0e5_0001;
 
-/// What each side tells the other.
-struct Peer {
-    gid: Gid,
-    qpn: u32,
-    psn: u32,
-    addr: u64,
-    len: u64,
-    rkey: u32,
-}
-
-fn send_peer(tcp: &mut TcpStream, p: &Peer) -> Result<(), String> {
-    let gid: String = p.gid.0.iter().map(|b| format!("{b:02x}")).collect();
-    writeln!(
-        tcp,
-        "{gid} {:x} {:x} {:x} {:x} {:x}",
-        p.qpn, p.psn, p.addr, p.len, p.rkey
-    )
-    .map_err(|e| format!("tcp: {e}"))
-}
-
-/// The next line from the peer (one reader for the whole exchange: a second
-/// `BufReader` would lose what the first read ahead).
-fn line(r: &mut BufReader<TcpStream>) -> Result<String, String> {
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) => Err("tcp: the peer closed the connection".into()),
-        Ok(_) => Ok(line),
-        Err(e) => Err(format!("tcp: {e}")),
-    }
-}
-
-fn recv_peer(r: &mut BufReader<TcpStream>) -> Result<Peer, String> {
-    let line = line(r)?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    if f.len() != 6 || f[0].len() != 32 {
-        return Err(format!("bad exchange line {line:?}"));
-    }
-    let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|e| format!("{s}: {e}"));
-    let mut gid = [0u8; 16];
-    for (i, g) in gid.iter_mut().enumerate() {
-        *g = u8::from_str_radix(&f[0][2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
-    }
-    Ok(Peer {
-        gid: Gid(gid),
-        qpn: hex(f[1])? as u32,
-        psn: hex(f[2])? as u32,
-        addr: hex(f[3])?,
-        len: hex(f[4])?,
-        rkey: hex(f[5])? as u32,
-    })
-}
-
 /// Opens the one uroce device at `ip`.
 fn open(ip: IpAddr) -> Result<Context, String> {
     let devs = devices_from(&format!("uroce0={ip}")).map_err(|e| e.to_string())?;
@@ -91,25 +40,11 @@ fn open(ip: IpAddr) -> Result<Context, String> {
 /// One side's objects: the device at `ip`, a PD, a region of `len` bytes open to every
 /// remote access, a CQ and an RC QP (in RESET).
 struct Side {
-    ctx: Context,
+    _ctx: Context,
     pd: Pd,
     mr: Mr,
     cq: Cq,
     qp: Qp,
-}
-
-impl Side {
-    /// What the peer needs of this side: the QP's address and the region's.
-    fn me(&self, psn: u32) -> Result<Peer, String> {
-        Ok(Peer {
-            gid: self.ctx.query_gid(1, 0).map_err(|e| e.to_string())?,
-            qpn: self.qp.qp_num(),
-            psn,
-            addr: self.mr.addr(),
-            len: self.mr.len(),
-            rkey: self.mr.rkey(),
-        })
-    }
 }
 
 fn side(ip: IpAddr, len: usize) -> Result<Side, String> {
@@ -120,7 +55,7 @@ fn side(ip: IpAddr, len: usize) -> Result<Side, String> {
     let cq = ctx.create_cq(16, None).map_err(e)?;
     let qp = common::rc_qp(&pd, &cq, None, 8).map_err(e)?;
     Ok(Side {
-        ctx,
+        _ctx: ctx,
         pd,
         mr,
         cq,
@@ -133,23 +68,21 @@ fn server(ip: IpAddr) -> Result<(), String> {
     let me = side(ip, REGION)?;
     let Side { mr, cq, qp, .. } = &me;
     mr.write(COUNTER, &100u64.to_le_bytes()).map_err(e)?;
-    let psn = 0x1000;
 
     let listener = TcpListener::bind((ip, TCP_PORT)).map_err(|x| format!("bind: {x}"))?;
     println!("server: waiting for the client on {ip}:{TCP_PORT}");
     let (mut tcp, _) = listener.accept().map_err(|x| x.to_string())?;
-    let mut rd = BufReader::new(tcp.try_clone().map_err(|x| x.to_string())?);
-    let client = recv_peer(&mut rd)?;
-    send_peer(&mut tcp, &me.me(psn)?)?;
-    common::connect(qp, client.gid, client.qpn, psn, client.psn).map_err(e)?;
-    // The one receive: the client's SEND with immediate at the end.
+    // The one receive, the client's SEND with immediate at the end, posted in INIT so it
+    // is there before the client's QP can send.
+    let opts = RcOptions::default();
+    connect::to_init(qp, &opts).map_err(e)?;
     qp.post_recv(&[RecvWr {
         wr_id: 1,
         sg_list: Vec::new(),
     }])
     .map_err(|b| b.to_string())?;
-    // Tell the client our QP is ready before it starts.
-    writeln!(tcp, "ready").map_err(|x| x.to_string())?;
+    // When this returns, both QPs are in RTS.
+    connect_rc(&mut tcp, qp, Some(mr), &opts).map_err(|x| x.to_string())?;
 
     let wc = common::ok(common::wait_one(cq)?)?;
     if !wc.wc_flags.contains(WcFlags::WITH_IMM) || wc.imm_data != DONE_IMM {
@@ -181,17 +114,11 @@ fn client(ip: IpAddr, server_ip: IpAddr) -> Result<(), String> {
     let me = side(ip, REGION + 16)?;
     let Side { pd, mr, cq, qp, .. } = &me;
     mr.write(0, &pattern()).map_err(e)?;
-    let psn = 0x2000;
 
     let mut tcp = TcpStream::connect((server_ip, TCP_PORT))
         .map_err(|x| format!("connect to {server_ip}:{TCP_PORT}: {x} (start the server first)"))?;
-    send_peer(&mut tcp, &me.me(psn)?)?;
-    let mut rd = BufReader::new(tcp.try_clone().map_err(|x| x.to_string())?);
-    let srv = recv_peer(&mut rd)?;
-    common::connect(qp, srv.gid, srv.qpn, psn, srv.psn).map_err(e)?;
-    if line(&mut rd)?.trim() != "ready" {
-        return Err("the server did not say ready".into());
-    }
+    let conn = connect_rc(&mut tcp, qp, None, &RcOptions::default()).map_err(|x| x.to_string())?;
+    let srv = conn.peer.mr.ok_or("the server sent no region")?;
 
     let post = |wr: SendWr| -> Result<WorkCompletion, String> {
         qp.post_send(&[wr]).map_err(|b| b.to_string())?;

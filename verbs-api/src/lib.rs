@@ -14,7 +14,12 @@
 //! `devs[0].open()` instead of `open_on(&sim, ..)` the same code runs over real UDP
 //! (`verbs-api/examples/rdma_ops.rs` is two processes exchanging GID, QPN, PSN and a
 //! region's address and R_Key over TCP, then WRITE, READ, atomics and SEND with
-//! immediate; `rc_send_recv.rs` writes every QP transition out).
+//! immediate; `rc_send_recv.rs` writes every QP transition out). Between two hosts, the
+//! [`connect`] helper does the exchange and the three transitions in one call
+//! ([`connect::connect_rc`]), with the attributes `ibv_rc_pingpong` uses.
+//! With the `tokio` feature, `uroce_verbs::aio` is the async API: completions awaited
+//! one by one or as a stream, each WR's completion as a future, the completion channel
+//! and the async event queue on tokio's reactor, and `connect::connect_rc_async`.
 //!
 //! ```
 //! use uroce_verbs::*;
@@ -126,6 +131,9 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "tokio")]
+pub mod aio;
+pub mod connect;
 mod eventfd;
 mod objects;
 pub mod rdma_cm;

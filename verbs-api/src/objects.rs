@@ -889,6 +889,12 @@ impl CompChannel {
         self.inner.fd.fd()
     }
 
+    /// As [`Context::idle`], for the channel's device: said before waiting on [`CompChannel::fd`]
+    /// in an event loop of the caller's own ([`CompChannel::get_cq_event`] says it itself).
+    pub fn idle(&self) {
+        idle(&self.inner.driver)
+    }
+
     /// Destroys the channel (`ibv_destroy_comp_channel(3)`): refused with `Busy` while a
     /// CQ still reports to it.
     pub fn destroy(self) -> Result<(), DestroyError<CompChannel>> {

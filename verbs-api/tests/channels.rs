@@ -9,6 +9,8 @@ use uroce_provider::{RxIcrc, MAX_ROCE_PACKET_LEN};
 use uroce_verbs::*;
 use uroce_wire::IcrcVerdict;
 
+mod events_support;
+
 fn two() -> (Context, Context) {
     let d = devices_from("c0=10.1.0.1,c1=10.1.0.2").unwrap();
     (
@@ -352,42 +354,7 @@ fn cq_overflow_is_an_async_event_on_the_fd_and_its_qp_goes_to_err() {
 fn last_wqe_reached_names_the_qp() {
     let (_ca, cb) = two();
     while cb.try_get_async_event().is_some() {}
-    let pd = cb.alloc_pd().unwrap();
-    let cq = cb.create_cq(8, None).unwrap();
-    let srq = pd
-        .create_srq(SrqAttr {
-            max_wr: 4,
-            max_sge: 1,
-            srq_limit: 0,
-        })
-        .unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            qp_type: QpType::Ud,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: Some(&srq),
-            cap: cap(),
-            sq_sig_all: false,
-        })
-        .unwrap();
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qkey: 5,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-    )
-    .unwrap();
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Err,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE,
-    )
-    .unwrap();
+    let qp = events_support::last_wqe_reached(&cb);
     assert!(readable(cb.async_fd()));
     assert_eq!(
         cb.get_async_event().unwrap(),

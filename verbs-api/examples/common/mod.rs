@@ -53,56 +53,17 @@ pub fn rc_qp(pd: &Pd, cq: &Cq, srq: Option<&Srq>, depth: u32) -> Result<Qp, Verb
 }
 
 /// RESET -> INIT -> RTR -> RTS towards `(dgid, dqpn)`, sending from `sq_psn` and
-/// expecting `rq_psn` (see rc_send_recv.rs for each attribute).
+/// expecting `rq_psn`, with `ibv_rc_pingpong`'s attributes (the library's
+/// [`connect::to_rts`]; rc_send_recv.rs writes each attribute out).
 pub fn connect(qp: &Qp, dgid: Gid, dqpn: u32, sq_psn: u32, rq_psn: u32) -> Result<(), VerbsError> {
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: all_access(),
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )?;
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr {
-                dgid,
-                ..AhAttr::default()
-            },
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: dqpn,
-            rq_psn,
-            max_dest_rd_atomic: 1,
-            min_rnr_timer: 12,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )?;
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            sq_psn,
-            max_rd_atomic: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
+    let peer = connect::PeerInfo {
+        lid: 0,
+        qpn: dqpn,
+        psn: rq_psn,
+        gid: dgid,
+        mr: None,
+    };
+    connect::to_rts(qp, &peer, sq_psn, &connect::RcOptions::default())
 }
 
 /// Connects two QPs of this process to each other.

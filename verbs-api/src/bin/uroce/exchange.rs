@@ -45,6 +45,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use uroce_verbs::connect::{PeerInfo, PINGPONG_LEN};
 use uroce_verbs::Gid;
 
 use crate::common::Fail;
@@ -235,56 +236,38 @@ pub struct PpDest {
 
 /// Bytes of one pingpong message: `sizeof "0000:000000:000000:" + 32 hex digits`, NUL
 /// included.
-pub const PP_MSG_LEN: usize = 52;
+pub const PP_MSG_LEN: usize = PINGPONG_LEN;
 
 /// The final message of the client: `"done"` and its NUL.
 pub const PP_DONE: &[u8; 5] = b"done\0";
 
-fn hex32(b: &[u8; 16]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 impl PpDest {
-    /// The 52-byte message.
+    /// The 52-byte message (the library's codec: [`PeerInfo::to_pingpong`]).
     pub fn to_wire(self) -> [u8; PP_MSG_LEN] {
-        let s = format!(
-            "{:04x}:{:06x}:{:06x}:{}",
-            self.lid,
-            self.qpn & 0xff_ffff,
-            self.psn & 0xff_ffff,
-            hex32(&self.gid.0)
-        );
-        let mut out = [0u8; PP_MSG_LEN];
-        out[..s.len()].copy_from_slice(s.as_bytes());
-        out
+        PeerInfo {
+            lid: self.lid,
+            qpn: self.qpn,
+            psn: self.psn,
+            gid: self.gid,
+            mr: None,
+        }
+        .to_pingpong()
     }
 
-    /// Parses a 52-byte message (as rdma-core's `sscanf("%x:%x:%x:%s")` + `wire_gid_to_gid`).
+    /// Parses a 52-byte message (as rdma-core's `sscanf("%x:%x:%x:%s")` + `wire_gid_to_gid`;
+    /// the library's [`PeerInfo::parse_pingpong`]).
     pub fn parse(msg: &[u8]) -> Result<PpDest, Fail> {
-        let bad = || {
+        let p = PeerInfo::parse_pingpong(msg).map_err(|_| {
             format!(
                 "the peer's address message is not rdma-core's LID:QPN:PSN:GID text: {:?}",
                 String::from_utf8_lossy(msg)
             )
-        };
-        let text = msg.split(|&b| b == 0).next().unwrap_or_default();
-        let text = std::str::from_utf8(text).map_err(|_| bad())?;
-        let f: Vec<&str> = text.split(':').collect();
-        if f.len() != 4 || f[3].len() != 32 {
-            return Err(bad());
-        }
-        let lid = u16::from_str_radix(f[0], 16).map_err(|_| bad())?;
-        let qpn = u32::from_str_radix(f[1], 16).map_err(|_| bad())?;
-        let psn = u32::from_str_radix(f[2], 16).map_err(|_| bad())?;
-        let mut gid = [0u8; 16];
-        for (i, g) in gid.iter_mut().enumerate() {
-            *g = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
+        })?;
         Ok(PpDest {
-            lid,
-            qpn,
-            psn,
-            gid: Gid(gid),
+            lid: p.lid,
+            qpn: p.qpn,
+            psn: p.psn,
+            gid: p.gid,
         })
     }
 }
