@@ -588,7 +588,9 @@ impl Shared {
                     udp.batch(),
                 ),
                 Link::Raw(raw) => (
-                    raw.recv(|src, payload, icrc| dp.handle_datagram(now, src, payload, icrc)),
+                    raw.recv(|src, payload, icrc, ecn| {
+                        dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
+                    }),
                     raw.batch(),
                 ),
             };
