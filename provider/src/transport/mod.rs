@@ -516,6 +516,7 @@ impl QueuePair {
                     }
                 }
                 Action::RetryFrom(psn) => {
+                    inner.rc.req.on_loss(false);
                     inner.rc.req.rewind(psn);
                     match timeout {
                         Some(t) => inner.rc.timers.set(Timer::Retransmit, now + t),
@@ -556,6 +557,7 @@ impl QueuePair {
         actions.clear();
         if progress {
             let rc = &mut inner.rc;
+            rc.req.on_progress();
             match timeout {
                 Some(t) if rc.req.outstanding() && !rc.req.rnr_wait => {
                     rc.timers.set(Timer::Retransmit, now + t)
@@ -752,6 +754,7 @@ impl QueuePair {
             }
             match t {
                 Timer::Retransmit => {
+                    inner.rc.req.on_loss(true);
                     let mut actions = std::mem::take(&mut inner.rc.actions);
                     let mut count = |c| tally.add(c, 1);
                     let mut out = CompOut {
