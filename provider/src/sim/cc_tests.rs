@@ -208,3 +208,36 @@ fn ce_marks_with_np_off_send_no_cnp() {
     // The sender's NP did see the marked ACKs and answered them.
     assert!(p.a.counters().cnp_sent >= 1);
 }
+
+/// 8-to-1 incast of 64 KiB WRITEs through one 10 Gbit/s port with ECN marking: with DCQCN
+/// no drop once converged, the queue mostly below K_max, at least 90 % of the link and a
+/// Jain index of at least 0.9; without it, the tail drops and retransmissions it prevents.
+#[test]
+fn incast_8_to_1_converges_with_dcqcn_and_drops_without() {
+    use super::incast::{run_incast, IncastConfig, IncastReport};
+    let seed = 0x1ca57;
+    let on = run_incast(&IncastConfig {
+        seed,
+        ..IncastConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let off = run_incast(&IncastConfig {
+        seed,
+        dcqcn: false,
+        ..IncastConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    println!("{}\n{on}\n{off}", IncastReport::HEADER);
+    assert_eq!(on.drops, 0, "seed {seed}: {on:?}");
+    // Most arrivals find the queue below K_max (the marking threshold where every ECT
+    // packet is marked).
+    assert!(on.below_kmax >= 0.75, "seed {seed}: {on:?}");
+    assert!(on.throughput >= 0.9, "seed {seed}: {on:?}");
+    assert!(on.jain >= 0.9, "seed {seed}: {on:?}");
+    assert!(on.cnps > 0 && on.marks > 0, "seed {seed}: {on:?}");
+    assert!(off.drops_warmup + off.drops > 0, "seed {seed}: {off:?}");
+    assert!(
+        off.retransmits > on.retransmits,
+        "seed {seed}: {on:?} {off:?}"
+    );
+}

@@ -40,6 +40,7 @@
 mod backend;
 mod fabric;
 pub mod harness;
+pub mod incast;
 mod multi;
 mod qpset;
 mod rc;
