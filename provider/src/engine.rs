@@ -582,8 +582,9 @@ impl Shared {
             let now = self.now();
             let (got, batch) = match &mut io.link {
                 Link::Udp(udp) => (
-                    udp.recv(|src, payload| {
-                        dp.handle_datagram(now, src, payload, policy.classify(src, local, payload))
+                    udp.recv_ecn(|src, payload, ecn| {
+                        let icrc = policy.classify(src, local, payload);
+                        dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
                     }),
                     udp.batch(),
                 ),
