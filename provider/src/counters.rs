@@ -138,6 +138,16 @@ counters! {
     uc_resync_drops => UcResyncDrops,
     /// UC partial messages abandoned (a PSN gap, an opcode sequence, length or R_Key error).
     uc_aborted_messages => UcAbortedMessages,
+    /// Accepted packets that arrived marked ECN congestion experienced (CE, RFC 3168).
+    ce_received => CeReceived,
+    /// CNPs sent by the notification point in answer to CE marks (annex A17.9.2).
+    cnp_sent => CnpSent,
+    /// CNPs received by a QP (annex A17.9.3), acted on or not.
+    cnp_received => CnpReceived,
+    /// CNPs the DCQCN reaction point acted on (each one cuts the QP's rate).
+    cnp_handled => CnpHandled,
+    /// CNPs that lowered a QP's DCQCN rate (not already at its minimum).
+    cc_rate_cuts => CcRateCuts,
 }
 
 /// A device's counters (see [`Counters`]).

@@ -41,7 +41,15 @@
 //! or to a QP in RESET or INIT, are dropped (`unknown_qpn_drops`); in ERR they are dropped
 //! (`state_drops`); an RC or UC packet from another address than the QP's peer is dropped
 //! (`addr_drops`). A request opcode goes to the QP's responder, a response or ACK to its
-//! completer (IBTA §9.7: one rule, from the opcode table).
+//! completer (IBTA §9.7: one rule, from the opcode table). A CNP (annex A17.9.3) goes to
+//! the QP's reaction point, whatever its service.
+//!
+//! # Congestion control
+//!
+//! [`Device::handle_datagram_ecn`] takes the ECN codepoint of each datagram: a CE mark on a
+//! packet a QP accepts makes that QP send a CNP to the QP that sent it (at most one per
+//! [`crate::device::CcConfig::cnp_interval_us`]), and a QP that receives CNPs paces its
+//! requests with DCQCN ([`crate::transport::cc`]).
 
 use crate::counters::{AtomicCounters, Counter, DeviceCounters};
 use crate::device::Device;
@@ -51,7 +59,9 @@ use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
-use uroce_wire::{ExtHeader, IcrcIpFacts, IcrcVerdict, InvariantHeaders, RocePacket, ICRC_LEN};
+use uroce_wire::{
+    Ecn, ExtHeader, IcrcIpFacts, IcrcVerdict, InvariantHeaders, RocePacket, ICRC_LEN,
+};
 
 /// How the receiver treats the ICRC of a datagram handed to [`Device::handle_datagram`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,6 +290,22 @@ impl Device {
     /// (IP address, UDP source port). Never panics on any input: bad packets are dropped
     /// and counted (see the module docs).
     pub fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
+        self.handle_datagram_ecn(now, src, payload, icrc, Ecn::NotEct)
+    }
+
+    /// [`Device::handle_datagram`] with the ECN codepoint of the IP header the datagram
+    /// came in (RFC 3168 §5), for drivers that see it (the raw-frame backend, the UDP
+    /// backend's `IP_RECVTOS`, the simulator). A CE mark on a packet the QP accepts makes
+    /// its notification point send a CNP (annex A17.9.2; see
+    /// [`crate::transport::cc`]).
+    pub fn handle_datagram_ecn(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+        ecn: Ecn,
+    ) {
         let dp = &self.dp;
         self.tap(TapDirection::Received, src, None, payload);
         let Some(pkt) = self.checked(payload, icrc) else {
@@ -290,7 +316,7 @@ impl Device {
             dp.count(Counter::UnknownQpnDrops, 1);
             return;
         };
-        qp.handle_packet(now, src, None, &pkt);
+        qp.handle_packet(now, src, None, &pkt, ecn.is_ce());
         dp.settle_cq_errors();
     }
 
@@ -325,7 +351,8 @@ impl Device {
         dp.count(Counter::McastReceived, 1);
         for &qpn in &qpns[..n] {
             if let Some(qp) = dp.lookup(qpn) {
-                qp.handle_packet(now, src, Some(group), &pkt);
+                // No CNP for a group's datagram: a sender to many is not one flow.
+                qp.handle_packet(now, src, Some(group), &pkt, false);
             }
         }
         dp.settle_cq_errors();

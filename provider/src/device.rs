@@ -83,7 +83,11 @@ pub struct DeviceConfig {
     /// Seed of the generator of R_Keys, L_Keys and QP numbers. The verbs layer draws it
     /// from the operating system unless a test fixes it.
     pub seed: u64,
+    /// Congestion control (annex A17.9: CNPs and DCQCN); see [`CcConfig`] for the defaults.
+    pub cc: CcConfig,
 }
+
+pub use crate::transport::cc::{CcConfig, CcStatus, DcqcnConfig};
 
 impl DeviceConfig {
     /// A configuration with the default MTU (1024) and seed 0.
@@ -93,6 +97,7 @@ impl DeviceConfig {
             addr,
             port_mtu: Mtu::Mtu1024,
             seed: 0,
+            cc: CcConfig::default(),
         }
     }
 

@@ -634,7 +634,7 @@ impl Shared {
             if udp.has_groups() {
                 let now = self.now();
                 let port = local.port();
-                let got = udp.recv_groups(|src, group, payload| {
+                let got = udp.recv_groups(|src, group, payload, _ecn| {
                     let to = std::net::SocketAddr::new(group, port);
                     dp.handle_multicast(now, src, group, payload, policy.classify(src, to, payload))
                 });
@@ -650,13 +650,16 @@ impl Shared {
             let now = self.now();
             let (got, batch) = match &mut io.link {
                 Link::Udp(udp) => (
-                    udp.recv(|src, payload| {
-                        dp.handle_datagram(now, src, payload, policy.classify(src, local, payload))
+                    udp.recv_ecn(|src, payload, ecn| {
+                        let icrc = policy.classify(src, local, payload);
+                        dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
                     }),
                     udp.batch(),
                 ),
                 Link::Raw(raw) => (
-                    raw.recv(|src, payload, icrc| dp.handle_datagram(now, src, payload, icrc)),
+                    raw.recv(|src, payload, icrc, ecn| {
+                        dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
+                    }),
                     raw.batch(),
                 ),
             };

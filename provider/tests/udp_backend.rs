@@ -677,3 +677,67 @@ fn shared_progress_runs_in_the_callers_thread_and_the_engine_covers_when_it_stop
     wait_until("C's timer to fire", || !c.fired.lock().is_empty());
     b.wait_for(11);
 }
+
+/// With `recv_ecn` (the default) each datagram's ECN codepoint comes with it, from the
+/// `IP_TOS` control message of the same `recvmmsg`: CE from a sender that sets TOS 3 is
+/// seen and counted; a device configured with ECT(0) sends ECT(0).
+#[test]
+fn udp_sockets_read_the_ecn_codepoint_and_send_the_configured_one() {
+    use socket2::{Domain, Protocol, Socket, Type};
+    use uroce_wire::Ecn;
+    let a_ip = ip("127.11.200.1");
+    let mut a = UdpSockets::open(a_ip, &UdpConfig::default()).unwrap();
+    let a_addr = SocketAddr::new(a_ip, 4791);
+    let mut got = Vec::new();
+    let recv_all = |a: &mut UdpSockets, n: usize, got: &mut Vec<(SocketAddr, Ecn)>| {
+        got.clear();
+        wait_until("datagrams with their ECN", || {
+            a.recv_ecn(|src, _, ecn| got.push((src, ecn))).unwrap();
+            got.len() >= n
+        });
+    };
+    // A plain socket sending with TOS = CE (3), then with TOS 0.
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+    s.bind(&SocketAddr::new(ip("127.11.200.2"), 0).into())
+        .unwrap();
+    s.set_tos(3).unwrap();
+    let pkt = roce_packet(
+        s.local_addr().unwrap().as_socket().unwrap(),
+        a_addr,
+        1,
+        8,
+        0,
+    );
+    s.send_to(&pkt, &a_addr.into()).unwrap();
+    recv_all(&mut a, 1, &mut got);
+    assert_eq!(got[0].1, Ecn::Ce);
+    assert_eq!(a.stats().rx_ce, 1);
+    s.set_tos(0).unwrap();
+    s.send_to(&pkt, &a_addr.into()).unwrap();
+    recv_all(&mut a, 1, &mut got);
+    assert_eq!(got[0].1, Ecn::NotEct);
+    // UdpSockets configured to send ECT(0), from a per-port source socket and from 4791.
+    let b_ip = ip("127.11.200.3");
+    let cfg = UdpConfig {
+        ecn: Ecn::Ect0,
+        ..UdpConfig::default()
+    };
+    let mut b = UdpSockets::open(b_ip, &cfg).unwrap();
+    let mut left = vec![0xc001u16, 4791];
+    b.send(4, |buf| {
+        let port = left.pop()?;
+        let p = roce_packet(SocketAddr::new(b_ip, port), a_addr, 1, 8, 0);
+        buf[..p.len()].copy_from_slice(&p);
+        Some(Transmit {
+            dst: a_ip,
+            src_port: port,
+            len: p.len(),
+        })
+    });
+    recv_all(&mut a, 2, &mut got);
+    assert!(
+        got.iter()
+            .all(|&(src, e)| src.ip() == b_ip && e == Ecn::Ect0),
+        "{got:?}"
+    );
+}

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod ecn;
 pub mod error;
 pub mod mtu;
 pub mod psn;
@@ -41,6 +42,7 @@ pub mod udp;
 // Management datagrams: the Communication Manager on QP1.
 pub mod mad;
 
+pub use ecn::Ecn;
 pub use error::{Error, Result};
 pub use mtu::Mtu;
 pub use psn::Psn;

@@ -167,6 +167,18 @@ impl BackendError {
 pub trait SansIo: Send + Sync + 'static {
     /// See [`Device::handle_datagram`].
     fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc);
+    /// See [`Device::handle_datagram_ecn`]; by default the codepoint is ignored.
+    fn handle_datagram_ecn(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+        ecn: uroce_wire::Ecn,
+    ) {
+        let _ = ecn;
+        self.handle_datagram(now, src, payload, icrc)
+    }
     /// See [`Device::poll_transmit`].
     fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
     /// See [`Device::poll_timeout`].
@@ -197,6 +209,16 @@ pub trait SansIo: Send + Sync + 'static {
 impl SansIo for Device {
     fn handle_datagram(&self, now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
         Device::handle_datagram(self, now, src, payload, icrc)
+    }
+    fn handle_datagram_ecn(
+        &self,
+        now: Instant,
+        src: SocketAddr,
+        payload: &[u8],
+        icrc: RxIcrc,
+        ecn: uroce_wire::Ecn,
+    ) {
+        Device::handle_datagram_ecn(self, now, src, payload, icrc, ecn)
     }
     fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         Device::poll_transmit(self, now, buf)

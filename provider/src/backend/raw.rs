@@ -11,8 +11,9 @@
 //!   here ([`RawStats::rx_icrc_bad`]);
 //! - **DSCP and ECN are set on send and read on receive**: [`RawConfig::dscp`] and
 //!   [`RawConfig::ecn`] go into every frame; the codepoints received are counted per value
-//!   ([`RawStats::rx_dscp`], [`RawStats::rx_ecn`], [`RawStats::rx_ecn_ce`] for the future
-//!   congestion-notification work).
+//!   ([`RawStats::rx_dscp`], [`RawStats::rx_ecn`], [`RawStats::rx_ecn_ce`]), and each
+//!   frame's codepoint goes to the device ([`crate::device::Device::handle_datagram_ecn`]),
+//!   whose QPs answer CE with CNPs (annex A17.9).
 //!
 //! # Sockets
 //!
@@ -42,8 +43,9 @@
 //! device computed it assuming ID 0; the Ethernet header is not covered).
 //!
 //! **DSCP/ECN default: DSCP 0, Not-ECT.** RoCEv2 NICs mark ECT(0) only when ECN (DCQCN) is
-//! enabled, because a sender marking ECT promises to slow down on CE; uroce has no
-//! congestion control yet (CNPs are future work), so ECT is opt-in ([`Ecn::Ect0`]). The
+//! enabled, because a sender marking ECT promises to slow down on CE; uroce's DCQCN
+//! reaction point does slow down on CNPs ([`crate::transport::cc`]), but the default
+//! follows rxe (which has no congestion control), so ECT is opt-in ([`Ecn::Ect0`]). The
 //! values are per device; per-QP traffic class would need the device to report it in
 //! [`Transmit`].
 //!
@@ -112,32 +114,7 @@ use uroce_wire::{
     ROCEV2_PORT,
 };
 
-/// The ECN field of the IP header (RFC 3168 §5), 2 bits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Ecn {
-    /// 00: not ECN-capable (the default: uroce has no congestion control yet).
-    #[default]
-    NotEct = 0,
-    /// 01: ECT(1).
-    Ect1 = 1,
-    /// 10: ECT(0), what RoCEv2 NICs send with ECN (DCQCN) enabled.
-    Ect0 = 2,
-    /// 11: congestion experienced (set by switches, not by senders).
-    Ce = 3,
-}
-
-impl Ecn {
-    /// The codepoint from the 2 low bits of `bits`.
-    pub fn from_bits(bits: u8) -> Ecn {
-        match bits & 3 {
-            0 => Ecn::NotEct,
-            1 => Ecn::Ect1,
-            2 => Ecn::Ect0,
-            _ => Ecn::Ce,
-        }
-    }
-}
+pub use uroce_wire::Ecn;
 
 /// What goes into the IPv4 Identification field of sent frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -855,9 +832,9 @@ impl RawLink {
     }
 
     /// Receives up to one batch of frames without blocking and calls
-    /// `f(source, roce_packet, icrc)` for each RoCE frame to our address. Returns how many
-    /// frames were read (0: none waiting).
-    pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8], RxIcrc)) -> io::Result<usize> {
+    /// `f(source, roce_packet, icrc, ecn)` for each RoCE frame to our address (`ecn`: the
+    /// IP header's codepoint). Returns how many frames were read (0: none waiting).
+    pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8], RxIcrc, Ecn)) -> io::Result<usize> {
         let local_ip = self.local.ip();
         let stats = &mut self.stats;
         let mut n = 0;
@@ -911,7 +888,12 @@ impl RawLink {
                 stats.rx_icrc_bad += 1;
             }
             let src = SocketAddr::new(fr.ip.src_addr(), fr.udp.src_port);
-            f(src, fr.roce, RxIcrc::Verified(fr.icrc));
+            f(
+                src,
+                fr.roce,
+                RxIcrc::Verified(fr.icrc),
+                Ecn::from_bits(fr.ip.ecn()),
+            );
         }
         Ok(n)
     }

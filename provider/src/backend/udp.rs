@@ -10,6 +10,13 @@
 //! - Sends are **unconnected with DF set** (`IP_MTU_DISCOVER` = `IP_PMTUDISC_DO`, and
 //!   `IPV6_PMTUDISC_DO`): Linux then sends IPv4 identification 0, which is what the device
 //!   assumed when it computed the ICRC ([`uroce_wire::IcrcIpFacts::new`]).
+//! - **ECN** (annex A17.9): the receive socket sets `IP_RECVTOS` / `IPV6_RECVTCLASS`
+//!   ([`UdpConfig::recv_ecn`], default on), so every `recvmmsg` also fills one control
+//!   message per datagram with its TOS / Traffic Class, and the device gets the ECN
+//!   codepoint ([`crate::device::Device::handle_datagram_ecn`]): a CE mark makes the
+//!   receiving QP send a CNP. Sends carry [`UdpConfig::ecn`] (`IP_TOS` / `IPV6_TCLASS`,
+//!   DSCP 0); default Not-ECT, as rxe. The ICRC masks the TOS byte, so neither the mark
+//!   nor the codepoint affects it.
 //!
 //! # Source ports
 //!
@@ -77,7 +84,7 @@ use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::Arc;
-use uroce_wire::{IcrcIpFacts, InvariantHeaders, Mtu, ROCEV2_PORT};
+use uroce_wire::{Ecn, IcrcIpFacts, InvariantHeaders, Mtu, ROCEV2_PORT};
 
 /// Options of the UDP sockets of one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,6 +107,14 @@ pub struct UdpConfig {
     pub rx_drop_ppm: u32,
     /// Seed of the drop generator of [`UdpConfig::rx_drop_ppm`]. Default 0.
     pub rx_drop_seed: u64,
+    /// ECN codepoint of sent datagrams (`IP_TOS` / `IPV6_TCLASS`, DSCP 0). Default
+    /// [`Ecn::NotEct`], as rxe sends; [`Ecn::Ect0`] lets ECN switches mark instead of drop
+    /// (the peer must answer CE with CNPs and obey them, as uroce does).
+    pub ecn: Ecn,
+    /// Read each received datagram's ECN codepoint (`IP_RECVTOS` / `IPV6_RECVTCLASS`: a
+    /// control message filled by the same `recvmmsg`, no extra system call), so CE marks
+    /// reach the device (its QPs answer them with CNPs). Default true.
+    pub recv_ecn: bool,
 }
 
 impl Default for UdpConfig {
@@ -111,6 +126,8 @@ impl Default for UdpConfig {
             mtu: None,
             rx_drop_ppm: 0,
             rx_drop_seed: 0,
+            ecn: Ecn::NotEct,
+            recv_ecn: true,
         }
     }
 }
@@ -287,6 +304,8 @@ pub struct UdpStats {
     /// Received datagrams dropped on purpose ([`UdpConfig::rx_drop_ppm`], a testing
     /// aid); included in `rx_datagrams`, never handed to the device.
     pub rx_injected_drops: u64,
+    /// Received datagrams marked ECN CE (with [`UdpConfig::recv_ecn`]).
+    pub rx_ce: u64,
 }
 
 /// Size of one receive buffer: larger than [`MAX_ROCE_PACKET_LEN`], so an oversized
@@ -303,6 +322,41 @@ struct RxBatch {
     names: Box<[libc::sockaddr_storage]>,
     iovs: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
+    /// Control-message space, [`CTRL_WORDS`] per datagram (u64 for cmsghdr alignment).
+    ctrl: Box<[u64]>,
+}
+
+/// Control-message space per received datagram, in u64 words: one `IP_TOS` (1 byte) or
+/// `IPV6_TCLASS` (an int) message takes `CMSG_SPACE(4)` = 24 bytes on 64-bit Linux.
+const CTRL_WORDS: usize = 8;
+
+/// The ECN codepoint in the control messages of `h` (`IP_TOS`, `IPV6_TCLASS`), Not-ECT
+/// when there is none.
+///
+/// # Safety
+///
+/// `h` must be a header `recvmmsg` filled, whose `msg_control` (if not null) points to
+/// `msg_controllen` live bytes.
+unsafe fn ecn_of(h: &libc::msghdr) -> Ecn {
+    if h.msg_control.is_null() {
+        return Ecn::NotEct;
+    }
+    // SAFETY: the caller's contract; the CMSG_* walk stays within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let m = &*c;
+            if m.cmsg_level == libc::IPPROTO_IP && m.cmsg_type == libc::IP_TOS {
+                return Ecn::from_bits(*libc::CMSG_DATA(c));
+            }
+            if m.cmsg_level == libc::IPPROTO_IPV6 && m.cmsg_type == libc::IPV6_TCLASS {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return Ecn::from_bits(v as u8);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    Ecn::NotEct
 }
 
 /// Transmit arrays, allocated once. Slots `0..filled` hold packets; `done[i]` once sent
@@ -352,6 +406,9 @@ pub struct UdpSockets {
     port_map: Box<[u16]>,
     max_sources: usize,
     socket_buffer: usize,
+    /// The TOS / Traffic Class byte of sent datagrams (the ECN codepoint, DSCP 0).
+    tos: u8,
+    recv_ecn: bool,
     rx: RxBatch,
     tx: TxBatch,
     batch: usize,
@@ -438,8 +495,15 @@ fn udp_socket(addr: IpAddr) -> io::Result<Socket> {
 }
 
 /// A non-blocking UDP socket of `addr`'s family with DF set (and, for IPv6, V6ONLY and
-/// zero-checksum receive), bound to `(addr, port)`.
-fn bound_socket(addr: IpAddr, port: u16, buffer: usize) -> Result<Socket, BackendError> {
+/// zero-checksum receive), sending with TOS / Traffic Class `tos` (when not 0) and
+/// reporting each received datagram's when `recv_tos`, bound to `(addr, port)`.
+fn bound_socket(
+    addr: IpAddr,
+    port: u16,
+    buffer: usize,
+    tos: u8,
+    recv_tos: bool,
+) -> Result<Socket, BackendError> {
     let s = udp_socket(addr).map_err(|e| match e.raw_os_error() {
         Some(libc::EAFNOSUPPORT) => BackendError::NoIpv6 { addr },
         _ => BackendError::Os {
@@ -456,6 +520,14 @@ fn bound_socket(addr: IpAddr, port: u16, buffer: usize) -> Result<Socket, Backen
             libc::IP_PMTUDISC_DO,
         )
         .map_err(os("setsockopt(IP_MTU_DISCOVER)", addr))?;
+        if tos != 0 {
+            setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_TOS, i32::from(tos))
+                .map_err(os("setsockopt(IP_TOS)", addr))?;
+        }
+        if recv_tos {
+            setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+                .map_err(os("setsockopt(IP_RECVTOS)", addr))?;
+        }
     } else {
         s.set_only_v6(true)
             .map_err(os("setsockopt(IPV6_V6ONLY)", addr))?;
@@ -469,6 +541,14 @@ fn bound_socket(addr: IpAddr, port: u16, buffer: usize) -> Result<Socket, Backen
         // rxe sends IPv6 with UDP checksum 0; without this Linux drops it.
         setsockopt_int(&s, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)
             .map_err(os("setsockopt(UDP_NO_CHECK6_RX)", addr))?;
+        if tos != 0 {
+            setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, i32::from(tos))
+                .map_err(os("setsockopt(IPV6_TCLASS)", addr))?;
+        }
+        if recv_tos {
+            setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+                .map_err(os("setsockopt(IPV6_RECVTCLASS)", addr))?;
+        }
     }
     if buffer > 0 {
         // Best effort: the kernel caps the size; failing to grow it is not fatal.
@@ -510,7 +590,8 @@ impl UdpSockets {
         if config.rx_drop_ppm > 1_000_000 {
             return Err(BackendError::Config("rx_drop_ppm must be 0..=1_000_000"));
         }
-        let main = bound_socket(addr, port, config.socket_buffer_bytes)?;
+        let tos = config.ecn as u8;
+        let main = bound_socket(addr, port, config.socket_buffer_bytes, tos, config.recv_ecn)?;
         let interface = interface_of(addr).map_err(os("getifaddrs/SIOCGIFMTU", addr))?;
         let mtu = config.mtu.unwrap_or_else(|| {
             interface
@@ -524,6 +605,7 @@ impl UdpSockets {
             names: zeroed_slice(b),
             iovs: zeroed_slice(b),
             hdrs: zeroed_slice(b),
+            ctrl: vec![0u64; b * CTRL_WORDS].into_boxed_slice(),
         };
         let tx = TxBatch {
             bufs: vec![0u8; b * TX_BUF].into_boxed_slice(),
@@ -559,6 +641,8 @@ impl UdpSockets {
             port_map,
             max_sources: config.source_sockets.min(usize::from(u16::MAX - 1)),
             socket_buffer: config.socket_buffer_bytes,
+            tos,
+            recv_ecn: config.recv_ecn,
             rx,
             tx,
             batch: b,
@@ -606,22 +690,28 @@ impl UdpSockets {
 
     /// Receives one batch without blocking and calls `f(source, payload)` for each
     /// datagram. Returns how many datagrams were received (0: none waiting).
-    pub fn recv(&mut self, f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+    pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+        self.recv_ecn(|src, p, _| f(src, p))
+    }
+
+    /// [`UdpSockets::recv`] that also gives each datagram's ECN codepoint (Not-ECT when
+    /// [`UdpConfig::recv_ecn`] is off).
+    pub fn recv_ecn(&mut self, f: impl FnMut(SocketAddr, &[u8], Ecn)) -> io::Result<usize> {
         let fd = self.main.as_raw_fd();
         self.recv_fd(fd, f)
     }
 
     /// Receives what waits on the multicast group sockets without blocking, at most one
-    /// batch per group, and calls `f(source, group, payload)` for each datagram. Returns
-    /// how many datagrams were received.
+    /// batch per group, and calls `f(source, group, payload, ecn)` for each datagram.
+    /// Returns how many datagrams were received.
     pub fn recv_groups(
         &mut self,
-        mut f: impl FnMut(SocketAddr, IpAddr, &[u8]),
+        mut f: impl FnMut(SocketAddr, IpAddr, &[u8], Ecn),
     ) -> io::Result<usize> {
         let mut total = 0;
         for i in 0..self.groups.len() {
             let (group, fd) = (self.groups[i].0, self.groups[i].2.as_raw_fd());
-            total += self.recv_fd(fd, |src, p| f(src, group, p))?;
+            total += self.recv_fd(fd, |src, p, ecn| f(src, group, p, ecn))?;
         }
         Ok(total)
     }
@@ -645,6 +735,9 @@ impl UdpSockets {
         }
         match (group, self.local.ip()) {
             (IpAddr::V4(g), IpAddr::V4(local)) => {
+                if self.recv_ecn {
+                    setsockopt_int(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+                }
                 s.bind(&SockAddr::from(SocketAddr::new(group, self.local.port())))?;
                 s.join_multicast_v4(&g, &local)?;
             }
@@ -652,6 +745,9 @@ impl UdpSockets {
                 s.set_only_v6(true)?;
                 // rxe sends IPv6 with UDP checksum 0; without this Linux drops it.
                 setsockopt_int(&s, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)?;
+                if self.recv_ecn {
+                    setsockopt_int(&s, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+                }
                 let sa = SocketAddrV6::new(g, self.local.port(), 0, self.ifindex);
                 s.bind(&SockAddr::from(sa))?;
                 s.join_multicast_v6(&g, self.ifindex)?;
@@ -706,8 +802,13 @@ impl UdpSockets {
         self.group_epoll.as_raw_fd()
     }
 
-    fn recv_fd(&mut self, fd: RawFd, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
+    fn recv_fd(
+        &mut self,
+        fd: RawFd,
+        mut f: impl FnMut(SocketAddr, &[u8], Ecn),
+    ) -> io::Result<usize> {
         let b = self.batch;
+        let want_ctrl = self.recv_ecn;
         let rx = &mut self.rx;
         for i in 0..b {
             rx.iovs[i] = libc::iovec {
@@ -720,8 +821,14 @@ impl UdpSockets {
             h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_iov = &mut rx.iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            if want_ctrl {
+                // SAFETY: (i + 1) * CTRL_WORDS <= ctrl.len(): in bounds.
+                h.msg_control = unsafe { rx.ctrl.as_mut_ptr().add(i * CTRL_WORDS) }.cast();
+                h.msg_controllen = CTRL_WORDS * 8;
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
             h.msg_flags = 0;
             rx.hdrs[i].msg_len = 0;
         }
@@ -761,7 +868,13 @@ impl UdpSockets {
                 self.stats.rx_injected_drops += 1;
                 continue;
             }
-            f(src, &rx.bufs[i * RX_BUF..i * RX_BUF + len]);
+            // SAFETY: recvmmsg filled this header; its control pointer is null or points
+            // into `ctrl` with the length the kernel wrote back.
+            let ecn = unsafe { ecn_of(&h.msg_hdr) };
+            if ecn == Ecn::Ce {
+                self.stats.rx_ce += 1;
+            }
+            f(src, &rx.bufs[i * RX_BUF..i * RX_BUF + len], ecn);
         }
         Ok(n)
     }
@@ -852,7 +965,8 @@ impl UdpSockets {
         }
         let mut v = NO_SOCKET;
         if self.sources.len() < self.max_sources {
-            if let Ok(s) = bound_socket(self.local.ip(), port, self.socket_buffer) {
+            if let Ok(s) = bound_socket(self.local.ip(), port, self.socket_buffer, self.tos, false)
+            {
                 // Nothing is ever sent to this port; keep its receive buffer small.
                 let _ = s.set_recv_buffer_size(0);
                 let _ = set_multicast_if(&s, self.local.ip(), self.ifindex);

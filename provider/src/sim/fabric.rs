@@ -1,4 +1,12 @@
 //! The simulated fabric: devices, directed links with seeded faults, and a virtual clock.
+//!
+//! A link may have a bandwidth (each datagram then waits for the ones before it to be
+//! serialised), and every datagram to one address may go through an output port
+//! ([`Fabric::set_port`]): a FIFO egress queue with a bandwidth, a tail-drop limit and a
+//! RED-like ECN marker, shared by every sender to that address, so N senders to one
+//! receiver make an incast. Datagrams of devices whose DCQCN reaction point is on
+//! ([`crate::device::CcConfig::rp_enabled`]) are sent ECT(0), as RoCE NICs with ECN enabled
+//! send them; the port marks those CE instead of dropping them.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -11,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use uroce_wire::icrc::IcrcIpFacts;
 use uroce_wire::udp::ROCEV2_PORT;
-use uroce_wire::{BthPacket, BthRepr, Mtu};
+use uroce_wire::{BthPacket, BthRepr, Ecn, Mtu};
 
 use crate::cq::CompletionQueue;
 use crate::datapath::{RxIcrc, MAX_ROCE_PACKET_LEN};
@@ -59,6 +67,10 @@ pub struct LinkConfig {
     /// RoCE packet). Larger datagrams are dropped and counted in
     /// [`FabricStats::mtu_dropped`]. Default 9000 (jumbo frames: a 4096-byte path MTU fits).
     pub mtu: usize,
+    /// Bandwidth of the link in Mbit/s of IP packet bytes (0, the default: unlimited). A
+    /// datagram leaves once the ones sent before it on the link are serialised, then
+    /// travels `delay`; the sender's queue has no limit (a NIC holds what it was given).
+    pub bandwidth_mbps: u64,
 }
 
 impl Default for LinkConfig {
@@ -73,6 +85,7 @@ impl Default for LinkConfig {
             jitter: Duration::ZERO,
             reorder_delay: Duration::from_micros(20),
             mtu: 9000,
+            bandwidth_mbps: 0,
         }
     }
 }
@@ -109,6 +122,82 @@ impl LinkConfig {
         }
         Ok(())
     }
+}
+
+/// RED-like ECN marking of an output port (as DCQCN's switch, SIGCOMM 2015 §3.1): an ECT
+/// datagram that finds `q` bytes queued ahead is marked CE with probability 0 below
+/// `min_bytes`, rising linearly to `max_prob` at `max_bytes`, and 1 above. Not-ECT
+/// datagrams are never marked (only the tail drop applies to them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RedConfig {
+    /// Queue length in bytes below which nothing is marked (K_min).
+    pub min_bytes: u64,
+    /// Queue length in bytes above which everything ECT is marked (K_max).
+    pub max_bytes: u64,
+    /// Marking probability at `max_bytes` (P_max), `0.0..=1.0`.
+    pub max_prob: f64,
+}
+
+impl RedConfig {
+    /// The probability of marking with `q` bytes queued.
+    pub fn probability(&self, q: u64) -> f64 {
+        if q <= self.min_bytes {
+            0.0
+        } else if q >= self.max_bytes {
+            1.0
+        } else {
+            self.max_prob * (q - self.min_bytes) as f64
+                / (self.max_bytes - self.min_bytes).max(1) as f64
+        }
+    }
+}
+
+/// An output port: the egress queue of the switch port in front of one address, shared by
+/// every datagram to it. A datagram arriving at the port (after its link) finds `q` bytes
+/// queued ahead; it is dropped when `q` + its size exceeds `queue_limit` (tail drop),
+/// else marked by `red` and sent once the queue ahead is serialised at `bandwidth_mbps`,
+/// then delivered `delay` later.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PortConfig {
+    /// Egress bandwidth in Mbit/s of IP packet bytes (at least 1).
+    pub bandwidth_mbps: u64,
+    /// Largest queue in bytes (IP packet bytes); a datagram that would exceed it is dropped.
+    pub queue_limit: u64,
+    /// ECN marking, or `None` for a drop-tail queue.
+    pub red: Option<RedConfig>,
+    /// Delay from the port to the receiver.
+    pub delay: Duration,
+}
+
+/// What an output port did ([`Fabric::port_stats`]). Queue lengths are sampled at every
+/// arrival, in bytes queued ahead of the arriving datagram.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Datagrams that arrived at the port.
+    pub arrivals: u64,
+    /// Datagrams dropped by the tail drop.
+    pub drops: u64,
+    /// ECT datagrams marked CE.
+    pub marks: u64,
+    /// Datagrams sent on (not dropped).
+    pub departures: u64,
+    /// RoCE packet bytes sent on.
+    pub bytes_out: u64,
+    /// Sum of the queue samples, bytes (the mean is `queue_sum / arrivals`).
+    pub queue_sum: u64,
+    /// Largest queue sample, bytes.
+    pub queue_max: u64,
+    /// Samples below the RED `min_bytes` (all of them without RED).
+    pub below_min: u64,
+    /// Samples below the RED `max_bytes` (all of them without RED).
+    pub below_max: u64,
+}
+
+struct PortState {
+    cfg: PortConfig,
+    busy_until: Instant,
+    rng: ChaCha8Rng,
+    stats: PortStats,
 }
 
 /// Counts of what the fabric did with datagrams, for the whole fabric or one link.
@@ -206,6 +295,9 @@ pub enum Fate {
     Drop,
     /// Deliver it this much later than the link would, without other faults.
     Delay(Duration),
+    /// Go through the link as usual, and arrive marked ECN CE (congestion experienced),
+    /// as if a switch had marked it.
+    MarkCe,
 }
 
 /// A filter: sees every datagram before its link does. Tests use it for precise faults
@@ -316,6 +408,8 @@ impl std::error::Error for Incomplete {}
 struct Node {
     dev: Arc<Device>,
     addr: IpAddr,
+    /// Its datagrams are sent ECT(0) (its DCQCN reaction point is on).
+    ect: bool,
 }
 
 struct InFlight {
@@ -326,6 +420,10 @@ struct InFlight {
     link: (IpAddr, IpAddr),
     data: Vec<u8>,
     corrupted: bool,
+    /// The ECN codepoint of its IP header.
+    ecn: Ecn,
+    /// Still to go through the output port of `dst` (`at` is its arrival there).
+    at_port: bool,
 }
 
 impl PartialEq for InFlight {
@@ -349,6 +447,8 @@ impl Ord for InFlight {
 struct LinkState {
     rng: ChaCha8Rng,
     stats: FabricStats,
+    /// When the last datagram given to a link with a bandwidth is serialised.
+    busy_until: Instant,
 }
 
 /// SplitMix64: mixes seeds into independent-looking ones.
@@ -373,6 +473,11 @@ fn link_seed(seed: u64, src: IpAddr, dst: IpAddr) -> u64 {
         h = mix(h ^ w);
     }
     h
+}
+
+/// How long `bytes` take at `mbps` Mbit/s (rounded up to the nanosecond).
+fn serialisation(bytes: u64, mbps: u64) -> Duration {
+    Duration::from_nanos((bytes * 8000).div_ceil(mbps.max(1)))
 }
 
 /// Bytes of IP and UDP headers in front of a RoCE packet to `dst`.
@@ -413,6 +518,7 @@ pub struct Fabric {
     default_link: LinkConfig,
     overrides: BTreeMap<(IpAddr, IpAddr), LinkConfig>,
     links: BTreeMap<(IpAddr, IpAddr), LinkState>,
+    ports: BTreeMap<IpAddr, PortState>,
     queue: BinaryHeap<InFlight>,
     next_seq: u64,
     buf: Vec<u8>,
@@ -448,6 +554,7 @@ impl Fabric {
             default_link: LinkConfig::default(),
             overrides: BTreeMap::new(),
             links: BTreeMap::new(),
+            ports: BTreeMap::new(),
             queue: BinaryHeap::new(),
             next_seq: 0,
             buf: vec![0; MAX_ROCE_PACKET_LEN],
@@ -497,11 +604,13 @@ impl Fabric {
         if self.by_addr.contains_key(&addr) {
             return Err(SimError::AddressInUse(addr));
         }
+        let ect = config.cc.rp_enabled;
         let dev = Device::new(config);
         self.by_addr.insert(addr, self.nodes.len());
         self.nodes.push(Node {
             dev: dev.clone(),
             addr,
+            ect,
         });
         Ok(dev)
     }
@@ -547,6 +656,39 @@ impl Fabric {
             .get(&(src, dst))
             .copied()
             .unwrap_or(self.default_link)
+    }
+
+    /// Puts an output port in front of `dst` (replacing any): every datagram to `dst`
+    /// goes through its queue after its link (see [`PortConfig`]). Its marking draws come
+    /// from a generator seeded from the fabric seed and `dst`.
+    ///
+    /// # Panics
+    ///
+    /// If the bandwidth is 0 or the RED probability is outside `0.0..=1.0`.
+    pub fn set_port(&mut self, dst: IpAddr, config: PortConfig) {
+        assert!(config.bandwidth_mbps > 0, "Fabric::set_port: bandwidth 0");
+        if let Some(r) = config.red {
+            assert!(
+                (0.0..=1.0).contains(&r.max_prob),
+                "Fabric::set_port: RED probability {} outside 0..=1",
+                r.max_prob
+            );
+        }
+        let seed = link_seed(self.seed ^ 0x706f_7274, dst, dst); // "port"
+        self.ports.insert(
+            dst,
+            PortState {
+                cfg: config,
+                busy_until: Instant::ZERO,
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                stats: PortStats::default(),
+            },
+        );
+    }
+
+    /// What the output port in front of `dst` did (zero when it has none).
+    pub fn port_stats(&self, dst: IpAddr) -> PortStats {
+        self.ports.get(&dst).map(|p| p.stats).unwrap_or_default()
     }
 
     /// Installs a filter that sees every datagram before its link (replacing any other).
@@ -634,6 +776,7 @@ impl Fabric {
         self.links.entry((src, dst)).or_insert_with(|| LinkState {
             rng: ChaCha8Rng::seed_from_u64(link_seed(seed, src, dst)),
             stats: FabricStats::default(),
+            busy_until: Instant::ZERO,
         })
     }
 
@@ -652,6 +795,12 @@ impl Fabric {
             }),
             None => Fate::Pass,
         };
+        let ect = self.by_addr.get(&key.0).is_some_and(|&i| self.nodes[i].ect);
+        let mut ecn = if ect { Ecn::Ect0 } else { Ecn::NotEct };
+        if fate == Fate::MarkCe {
+            ecn = Ecn::Ce;
+        }
+        let at_port = self.ports.contains_key(&dst);
         let link = self.link_state(key.0, key.1);
         link.stats.sent += 1;
         link.stats.bytes_sent += data.len() as u64;
@@ -664,7 +813,7 @@ impl Fabric {
                 link.stats.mtu_dropped += 1;
                 true
             }
-            Fate::Pass if cfg.loss > 0.0 && link.rng.gen_bool(cfg.loss) => {
+            Fate::Pass | Fate::MarkCe if cfg.loss > 0.0 && link.rng.gen_bool(cfg.loss) => {
                 link.stats.dropped += 1;
                 true
             }
@@ -674,9 +823,17 @@ impl Fabric {
             self.pool.push(data);
             return;
         }
+        // A link with a bandwidth: the datagram leaves once those before it are serialised.
+        let mut depart = now;
+        if cfg.bandwidth_mbps > 0 {
+            let wire = (data.len() + ip_udp_overhead(dst)) as u64;
+            let start = link.busy_until.max(now);
+            link.busy_until = start + serialisation(wire, cfg.bandwidth_mbps);
+            depart = link.busy_until;
+        }
         let mut copies = [None, None];
         if let Fate::Delay(extra) = fate {
-            copies[0] = Some((data, now + cfg.delay + extra, false));
+            copies[0] = Some((data, depart + cfg.delay + extra, false));
         } else {
             let second = if cfg.dup > 0.0 && link.rng.gen_bool(cfg.dup) {
                 link.stats.duplicated += 1;
@@ -690,7 +847,7 @@ impl Fabric {
             let link = self.link_state(key.0, key.1);
             for (slot, bytes) in copies.iter_mut().zip([Some(data), second]) {
                 let Some(mut bytes) = bytes else { continue };
-                let mut at = now + cfg.delay;
+                let mut at = depart + cfg.delay;
                 if !cfg.jitter.is_zero() {
                     let j = u64::try_from(cfg.jitter.as_nanos()).unwrap_or(u64::MAX);
                     at += Duration::from_nanos(link.rng.gen_range(0..=j));
@@ -727,8 +884,57 @@ impl Fabric {
                 link: key,
                 data: bytes,
                 corrupted,
+                ecn,
+                at_port,
             });
         }
+    }
+
+    /// A datagram arrives at the output port of its destination (see [`PortConfig`]):
+    /// tail drop, RED marking, then it waits its turn and goes on to the receiver.
+    fn port_enqueue(&mut self, mut d: InFlight) {
+        let now = self.now;
+        let Some(p) = self.ports.get_mut(&d.dst) else {
+            self.deliver(d);
+            return;
+        };
+        let wire = (d.data.len() + ip_udp_overhead(d.dst)) as u64;
+        let backlog = p.busy_until.saturating_duration_since(now);
+        let backlog_ns = u64::try_from(backlog.as_nanos()).unwrap_or(u64::MAX);
+        let q = (u128::from(backlog_ns) * u128::from(p.cfg.bandwidth_mbps) / 8000) as u64;
+        let st = &mut p.stats;
+        st.arrivals += 1;
+        st.queue_sum += q;
+        st.queue_max = st.queue_max.max(q);
+        let (kmin, kmax) = p
+            .cfg
+            .red
+            .map_or((u64::MAX, u64::MAX), |r| (r.min_bytes, r.max_bytes));
+        st.below_min += u64::from(q < kmin);
+        st.below_max += u64::from(q < kmax);
+        if q + wire > p.cfg.queue_limit {
+            st.drops += 1;
+            self.pool.push(d.data);
+            return;
+        }
+        if let Some(red) = p.cfg.red {
+            if d.ecn.is_ect() {
+                let prob = red.probability(q);
+                if prob > 0.0 && p.rng.gen_bool(prob.min(1.0)) {
+                    d.ecn = Ecn::Ce;
+                    p.stats.marks += 1;
+                }
+            }
+        }
+        let start = p.busy_until.max(now);
+        p.busy_until = start + serialisation(wire, p.cfg.bandwidth_mbps);
+        p.stats.departures += 1;
+        p.stats.bytes_out += d.data.len() as u64;
+        d.at = p.busy_until + p.cfg.delay;
+        d.at_port = false;
+        d.seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push(d);
     }
 
     /// Drains every device's `poll_transmit` into the links; returns how many datagrams.
@@ -781,7 +987,11 @@ impl Fabric {
         while self.queue.peek().is_some_and(|d| d.at <= now) {
             let d = self.queue.pop().expect("peeked");
             moved += 1;
-            self.deliver(d);
+            if d.at_port {
+                self.port_enqueue(d);
+            } else {
+                self.deliver(d);
+            }
         }
         for i in 0..self.nodes.len() {
             if self.nodes[i].dev.poll_timeout().is_some_and(|t| t <= now) {
@@ -809,7 +1019,7 @@ impl Fabric {
         let icrc = RxIcrc::Facts(IcrcIpFacts::new(d.src, dst));
         self.nodes[i]
             .dev
-            .handle_datagram(self.now, d.src, &d.data, icrc);
+            .handle_datagram_ecn(self.now, d.src, &d.data, icrc, d.ecn);
         if let Some(cap) = self.capture.as_mut() {
             cap.push(Captured {
                 time: self.now,

@@ -40,17 +40,21 @@
 mod backend;
 mod fabric;
 pub mod harness;
+pub mod incast;
 mod multi;
 mod qpset;
 mod rc;
 pub mod workload;
 
 #[cfg(test)]
+mod cc_tests;
+#[cfg(test)]
 mod tests;
 
 pub use backend::SimBackend;
 pub use fabric::{
-    Captured, Datagram, Fabric, FabricStats, Fate, Filter, Incomplete, LinkConfig, Stop,
+    Captured, Datagram, Fabric, FabricStats, Fate, Filter, Incomplete, LinkConfig, PortConfig,
+    PortStats, RedConfig, Stop,
 };
 pub use qpset::{QpSet, QpSetConfig, Side, DEFAULT_QKEY};
 pub use rc::{RcEnd, RcPair, RcPairConfig, RemoteMr};

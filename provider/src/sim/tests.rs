@@ -378,3 +378,54 @@ fn rc_qp_fuzz_harness_survives_seeded_random_inputs() {
         assert!(r.is_ok(), "case {case}: input {data:02x?}");
     }
 }
+
+/// A link with a bandwidth serialises datagrams one after the other; an output port
+/// queues what arrives faster than it sends, counts its queue, and tail-drops past its
+/// limit.
+#[test]
+fn bandwidth_serialises_and_the_port_queues_then_tail_drops() {
+    // 1000 Mbit/s: a 972-byte RoCE packet + 28 bytes of IPv4/UDP = 1000 bytes = 8 µs.
+    let link = LinkConfig {
+        bandwidth_mbps: 1000,
+        ..LinkConfig::default()
+    };
+    let (mut f, _b) = fabric(3, link);
+    f.set_capture(true);
+    for psn in 0..3 {
+        f.inject(src(), ip(B), &packet(ip(B), psn, 972 - 16));
+    }
+    f.run_until_idle(Duration::from_millis(1)).unwrap();
+    let times: Vec<u64> = f.take_capture().iter().map(|c| c.time.as_nanos()).collect();
+    assert_eq!(times, [10_000, 18_000, 26_000], "8 µs apart, + 2 µs delay");
+
+    // Now a port of 500 Mbit/s (16 µs per datagram) holding at most 3,000 bytes, behind
+    // an unlimited link: of 4 datagrams at once, the 4th finds 3,000 bytes queued and is
+    // dropped.
+    let (mut f, _b) = fabric(4, LinkConfig::default());
+    f.set_port(
+        ip(B),
+        PortConfig {
+            bandwidth_mbps: 500,
+            queue_limit: 3_000,
+            red: Some(RedConfig {
+                min_bytes: 100,
+                max_bytes: 200,
+                max_prob: 1.0,
+            }),
+            delay: Duration::from_micros(1),
+        },
+    );
+    f.set_capture(true);
+    for psn in 0..4 {
+        f.inject(src(), ip(B), &packet(ip(B), psn, 972 - 16));
+    }
+    f.run_until_idle(Duration::from_millis(1)).unwrap();
+    let times: Vec<u64> = f.take_capture().iter().map(|c| c.time.as_nanos()).collect();
+    assert_eq!(times, [19_000, 35_000, 51_000]);
+    let p = f.port_stats(ip(B));
+    assert_eq!((p.arrivals, p.departures, p.drops), (4, 3, 1), "{p:?}");
+    // From A's address, whose device has DCQCN on, they are ECT(0): the two that found
+    // more than K_max queued are marked CE.
+    assert_eq!(p.marks, 2);
+    assert_eq!((p.queue_max, p.below_min), (3_000, 1));
+}

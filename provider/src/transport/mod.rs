@@ -20,7 +20,14 @@
 //! [`QueuePair`]'s `handle_packet`, `poll_transmit` and `handle_timeout` dispatch on the
 //! QP type, after the checks every service shares (state, transport class of the opcode,
 //! header layout, P_Key).
+//!
+//! Congestion control ([`cc`], annex A17.9) is shared by the three services: a CE-marked
+//! packet makes the QP's notification point queue a CNP (sent ahead of anything else),
+//! a received CNP cuts the QP's DCQCN rate, and while the rate is below line rate the
+//! requester (RC, UC) or the UD sender waits for the pacer's departure time
+//! ([`timers::Timer::Pace`]).
 
+pub mod cc;
 pub mod completer;
 mod packet;
 mod recv;
@@ -71,6 +78,8 @@ pub struct RcTransport {
     /// What put the QP in ERR first (for the cause of its flushed completions); cleared
     /// with the rest at RESET. Used by every QP type.
     pub(crate) err_reason: Option<ErrReason>,
+    /// Congestion control (NP and DCQCN RP, see [`cc`]); used by every QP type.
+    pub(crate) cc: cc::CcState,
 }
 
 impl Default for RcTransport {
@@ -87,6 +96,7 @@ impl Default for RcTransport {
             resp_actions: Vec::new(),
             last_rx: None,
             err_reason: None,
+            cc: cc::CcState::default(),
         }
     }
 }
@@ -224,17 +234,24 @@ impl QueuePair {
         if matches!(state, QpState::Reset | QpState::Init) {
             return false;
         }
+        if inner.rc.cc.np.pending.is_some() {
+            return true;
+        }
+        // Waiting for the pacer: only responses may go (RC).
+        let paced = inner.rc.cc.pace_wait;
         match self.qp_type() {
             QpType::Rc => {}
             // SQD lets a started UC message finish (IBTA §10.3.1: SQD drains what began).
             QpType::Uc => {
-                return !inner.sq.is_empty()
+                return !paced
+                    && !inner.sq.is_empty()
                     && (state == QpState::Rts || (state == QpState::Sqd && inner.uc.req.pkt > 0))
             }
-            QpType::Ud => return state == QpState::Rts && !inner.sq.is_empty(),
+            QpType::Ud => return !paced && state == QpState::Rts && !inner.sq.is_empty(),
         }
         inner.rc.resp.has_output()
-            || (matches!(state, QpState::Rts | QpState::Sqd)
+            || (!paced
+                && matches!(state, QpState::Rts | QpState::Sqd)
                 && inner.rc.req.has_work(state, &inner.sq, a.max_rd_atomic))
     }
 
@@ -252,13 +269,15 @@ impl QueuePair {
     /// Handles one received packet addressed to this QP (called by
     /// [`crate::device::Device::handle_datagram`] after the ICRC and layout checks).
     /// `group`: the multicast group the packet was sent to (UD only; `None` for a packet
-    /// sent to the device's own address).
+    /// sent to the device's own address). `ce`: the datagram arrived marked ECN CE (its
+    /// notification point answers with a CNP).
     pub(crate) fn handle_packet(
         &self,
         now: Instant,
         src: SocketAddr,
         group: Option<std::net::IpAddr>,
         pkt: &RocePacket<&[u8]>,
+        ce: bool,
     ) {
         let dev = self.pd().device();
         let mut guard = self.inner.lock();
@@ -290,6 +309,10 @@ impl QueuePair {
             self.count1(inner, Counter::MalformedDrops);
             return;
         };
+        if info.class == TransportClass::Cnp {
+            self.cnp_packet(inner, now, pkt);
+            return;
+        }
         let class = match self.qp_type() {
             QpType::Rc => TransportClass::Rc,
             QpType::Uc => TransportClass::Uc,
@@ -301,20 +324,16 @@ impl QueuePair {
             self.count1(inner, Counter::MalformedDrops);
             return;
         }
-        let Ok(repr) = RoceRepr::parse(pkt) else {
-            self.count1(inner, Counter::MalformedDrops);
+        let Some(repr) = self.parse_checked(inner, pkt) else {
             return;
         };
-        // IBTA §9.6 header validation: the P_Key must match the port's (one entry, the
-        // default, full member): same low 15 bits, and not both limited members.
-        if !pkey_matches(repr.bth.p_key, crate::device::DEFAULT_PKEY) {
-            self.count1(inner, Counter::PkeyDrops);
-            return;
-        }
         match self.qp_type() {
             QpType::Rc => {}
             QpType::Uc => {
                 self.merge_counts(inner, &received_tally(pkt));
+                if ce {
+                    self.note_ce(inner, now, src, &repr);
+                }
                 let mut tally = Counters::default();
                 self.note_comm_est(inner, state);
                 self.uc_packet(inner, &repr, pkt.payload(), &mut tally);
@@ -324,6 +343,9 @@ impl QueuePair {
             }
             QpType::Ud => {
                 self.merge_counts(inner, &received_tally(pkt));
+                if ce {
+                    self.note_ce(inner, now, src, &repr);
+                }
                 let mut tally = Counters::default();
                 self.ud_packet(inner, src.ip(), group, &repr, pkt, &mut tally);
                 self.merge_counts(inner, &tally);
@@ -340,6 +362,9 @@ impl QueuePair {
         }
         // Counted before anything the packet completes is visible in a CQ.
         self.merge_counts(inner, &received_tally(pkt));
+        if ce {
+            self.note_ce(inner, now, src, &repr);
+        }
         let mut tally = Counters::default();
         self.note_comm_est(inner, state);
         if info.is_request() {
@@ -380,6 +405,22 @@ impl QueuePair {
         }
         self.merge_counts(inner, &tally);
         self.sync_datapath(inner, false);
+    }
+
+    /// Parses the headers of a packet for this QP and checks its P_Key; a failure is a
+    /// counted drop (`malformed_drops`, `pkey_drops`).
+    fn parse_checked(&self, inner: &mut QpInner, pkt: &RocePacket<&[u8]>) -> Option<RoceRepr> {
+        let Ok(repr) = RoceRepr::parse(pkt) else {
+            self.count1(inner, Counter::MalformedDrops);
+            return None;
+        };
+        // IBTA §9.6 header validation: the P_Key must match the port's (one entry, the
+        // default, full member): same low 15 bits, and not both limited members.
+        if !pkey_matches(repr.bth.p_key, crate::device::DEFAULT_PKEY) {
+            self.count1(inner, Counter::PkeyDrops);
+            return None;
+        }
+        Some(repr)
     }
 
     /// What the RC responder and the UC receiver need to know about this QP.
@@ -478,6 +519,7 @@ impl QueuePair {
                     }
                 }
                 Action::RetryFrom(psn) => {
+                    inner.rc.req.on_loss(false);
                     inner.rc.req.rewind(psn);
                     match timeout {
                         Some(t) => inner.rc.timers.set(Timer::Retransmit, now + t),
@@ -518,6 +560,7 @@ impl QueuePair {
         actions.clear();
         if progress {
             let rc = &mut inner.rc;
+            rc.req.on_progress();
             match timeout {
                 Some(t) if rc.req.outstanding() && !rc.req.rnr_wait => {
                     rc.timers.set(Timer::Retransmit, now + t)
@@ -551,8 +594,17 @@ impl QueuePair {
         if matches!(a.qp_state, QpState::Reset | QpState::Init) {
             return (None, false);
         }
+        if let Some(t) = self.poll_cnp(inner, buf) {
+            let more = self.has_work(inner);
+            return (Some(t), more);
+        }
         if self.qp_type() != QpType::Rc {
-            return self.poll_transmit_unreliable(inner, buf);
+            let out = self.poll_transmit_unreliable(inner, now, buf);
+            self.pd()
+                .device()
+                .datapath()
+                .set_deadline(self.qpn(), inner.rc.timers.next_timeout());
+            return out;
         }
         let route = route(self, &a);
         let mut tally = Counters::default();
@@ -569,7 +621,7 @@ impl QueuePair {
                 // The packet just built is that failure's NAK: it still goes out.
                 self.responder_fatal(inner, e, psn, None);
             }
-        } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) {
+        } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) && !self.pace_hold(inner, now) {
             let ctx = self.req_ctx(&a, route);
             let mut out = inner.rc.req.poll_transmit(&ctx, &inner.sq, buf);
             while out == ReqOut::Local {
@@ -586,8 +638,11 @@ impl QueuePair {
                     if retransmit {
                         tally.add(Counter::Retransmits, 1);
                     }
+                    self.pace_sent(inner, now, len);
                     if let Some(t) = ack_timeout(a.timeout) {
-                        if !inner.rc.timers.is_set(Timer::Retransmit) {
+                        // A paced requester times its ACK from its last packet: the peer
+                        // cannot acknowledge what the pacer has not yet let out.
+                        if !inner.rc.timers.is_set(Timer::Retransmit) || inner.rc.cc.rp.is_paced() {
                             inner.rc.timers.set(Timer::Retransmit, now + t);
                         }
                     }
@@ -702,6 +757,7 @@ impl QueuePair {
             }
             match t {
                 Timer::Retransmit => {
+                    inner.rc.req.on_loss(true);
                     let mut actions = std::mem::take(&mut inner.rc.actions);
                     let mut count = |c| tally.add(c, 1);
                     let mut out = CompOut {
@@ -720,6 +776,21 @@ impl QueuePair {
                     rc.req.rnr_wait = false;
                     rc.req.rewind(rc.rnr_psn);
                 }
+                Timer::Pace => inner.rc.cc.pace_wait = false,
+                Timer::CcAlpha => {
+                    let cfg = &self.pd().device().config().cc.dcqcn;
+                    let rc = &mut inner.rc;
+                    rc.cc.rp.on_alpha_timer(now, cfg, &mut rc.timers);
+                }
+                Timer::CcRate => {
+                    let cfg = &self.pd().device().config().cc.dcqcn;
+                    let rc = &mut inner.rc;
+                    rc.cc.rp.on_rate_timer(now, cfg, &mut rc.timers);
+                    if !rc.cc.rp.is_paced() {
+                        rc.cc.pace_wait = false;
+                        rc.timers.stop(Timer::Pace);
+                    }
+                }
             }
         }
         self.merge_counts(inner, &tally);
@@ -729,6 +800,107 @@ impl QueuePair {
     /// The QP's transport counters (see [`crate::counters`]).
     pub fn counters(&self) -> QpCounters {
         self.inner.lock().rc.counters
+    }
+
+    /// The QP's congestion-control state: whether DCQCN paces it, its current and target
+    /// rates (Mbit/s) and α.
+    pub fn cc_status(&self) -> cc::CcStatus {
+        let cfg = &self.pd().device().config().cc.dcqcn;
+        self.inner.lock().rc.cc.rp.status(cfg)
+    }
+
+    /// A CE-marked packet was accepted (annex A17.9.2): the notification point queues a
+    /// CNP to the QP that sent it (the connected peer's QP, or a UD sender's DETH source
+    /// QP), unless it sent one less than the configured interval ago.
+    fn note_ce(&self, inner: &mut QpInner, now: Instant, src: SocketAddr, repr: &RoceRepr) {
+        self.count1(inner, Counter::CeReceived);
+        let cfg = &self.pd().device().config().cc;
+        if !cfg.np_enabled {
+            return;
+        }
+        let dest = match self.qp_type() {
+            QpType::Ud => match repr.deth {
+                Some(d) => cc::CnpDest {
+                    peer: src.ip(),
+                    qpn: d.src_qpn,
+                },
+                None => return,
+            },
+            _ => cc::CnpDest {
+                peer: inner.attr.ah_attr.dgid.to_ip(),
+                qpn: inner.attr.dest_qp_num,
+            },
+        };
+        inner.rc.cc.np.on_ce(now, cfg.cnp_interval(), dest);
+    }
+
+    /// The pending CNP, if any, built into `buf`.
+    fn poll_cnp(&self, inner: &mut QpInner, buf: &mut [u8]) -> Option<Transmit> {
+        let dest = inner.rc.cc.np.pending.take()?;
+        let r = Route {
+            local: self.pd().device().config().addr,
+            src_port: qp_src_port(self.qpn()),
+            peer: dest.peer,
+        };
+        let len = cc::emit_cnp(r, dest.qpn, buf);
+        let mut tally = Counters::default();
+        tally.add(Counter::CnpSent, 1);
+        tally.add(Counter::PacketsSent, 1);
+        tally.add(Counter::BytesSent, len as u64);
+        self.merge_counts(inner, &tally);
+        Some(Transmit {
+            dst: dest.peer,
+            src_port: r.src_port,
+            len,
+        })
+    }
+
+    /// A CNP addressed to this QP (annex A17.9.3): its reaction point cuts the rate (when
+    /// enabled). A CNP with a bad layout or P_Key is a counted drop.
+    fn cnp_packet(&self, inner: &mut QpInner, now: Instant, pkt: &RocePacket<&[u8]>) {
+        if self.parse_checked(inner, pkt).is_none() {
+            return;
+        }
+        let mut tally = received_tally(pkt);
+        tally.add(Counter::CnpReceived, 1);
+        let cfg = &self.pd().device().config().cc;
+        if cfg.rp_enabled {
+            tally.add(Counter::CnpHandled, 1);
+            let rc = &mut inner.rc;
+            if rc.cc.rp.on_cnp(now, &cfg.dcqcn, &mut rc.timers) {
+                tally.add(Counter::CcRateCuts, 1);
+            }
+        }
+        self.merge_counts(inner, &tally);
+        self.sync_datapath(inner, false);
+    }
+
+    /// True when the pacer holds the requester at `now` (DCQCN below line rate and the
+    /// next departure still ahead): [`Timer::Pace`] is set for it. A single branch when
+    /// the QP is not paced.
+    #[inline]
+    fn pace_hold(&self, inner: &mut QpInner, now: Instant) -> bool {
+        let rc = &mut inner.rc;
+        if !rc.cc.rp.is_paced() {
+            return false;
+        }
+        let at = rc.cc.rp.departure();
+        if now >= at {
+            return false;
+        }
+        rc.cc.pace_wait = true;
+        rc.timers.set(Timer::Pace, at);
+        true
+    }
+
+    /// A request packet of `len` bytes left: the pacer schedules the next (when paced).
+    #[inline]
+    fn pace_sent(&self, inner: &mut QpInner, now: Instant, len: usize) {
+        let rc = &mut inner.rc;
+        if rc.cc.rp.is_paced() {
+            let cfg = &self.pd().device().config().cc.dcqcn;
+            rc.cc.rp.on_sent(now, len, cfg, &mut rc.timers);
+        }
     }
 }
 
@@ -878,9 +1050,10 @@ impl QueuePair {
     fn poll_transmit_unreliable(
         &self,
         inner: &mut QpInner,
+        now: Instant,
         buf: &mut [u8],
     ) -> (Option<Transmit>, bool) {
-        if !self.has_work(inner) {
+        if !self.has_work(inner) || self.pace_hold(inner, now) {
             return (None, false);
         }
         let dev = self.pd().device();
@@ -942,6 +1115,7 @@ impl QueuePair {
         let mut tally = Counters::default();
         let out = match built {
             Ok((len, dst, last)) => {
+                self.pace_sent(inner, now, len);
                 tally.add(Counter::PacketsSent, 1);
                 tally.add(Counter::BytesSent, len as u64);
                 if last {

@@ -1,4 +1,4 @@
-//! The timers of one RC QP: a small table indexed by [`Timer`]; the QP's next deadline is
+//! The timers of one QP (RC's retransmit and RNR wait, every type's congestion control): a small table indexed by [`Timer`]; the QP's next deadline is
 //! the minimum of it (quinn-style, see `STYLE.md`).
 
 use crate::time::Instant;
@@ -12,11 +12,24 @@ pub enum Timer {
     /// The RNR wait (IBTA §9.7.5.2.8): after an RNR NAK, the requester sends nothing
     /// until it fires, then resends from the NAK'd PSN.
     Rnr = 1,
+    /// The pacer of a rate-limited QP (DCQCN, see [`super::cc`]): the requester waits for
+    /// its next departure time.
+    Pace = 2,
+    /// DCQCN's α update timer K (55 µs by default): α decays when no CNP came.
+    CcAlpha = 3,
+    /// DCQCN's rate increase timer T (300 µs by default).
+    CcRate = 4,
 }
 
 impl Timer {
-    const COUNT: usize = 2;
-    const ALL: [Timer; Timer::COUNT] = [Timer::Retransmit, Timer::Rnr];
+    const COUNT: usize = 5;
+    const ALL: [Timer; Timer::COUNT] = [
+        Timer::Retransmit,
+        Timer::Rnr,
+        Timer::Pace,
+        Timer::CcAlpha,
+        Timer::CcRate,
+    ];
 }
 
 /// Deadlines of the [`Timer`]s; `None` when a timer is stopped.

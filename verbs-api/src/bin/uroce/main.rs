@@ -141,6 +141,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => report(exec::run(&args)),
         Command::Doctor(args) => report(doctor::run(&args)),
         Command::Explain(args) => report(explain::run(&args)),
+        Command::Sim(args) if args.incast > 0 => sim::run_incast(&args),
         Command::Sim(args) => match args.workload() {
             Ok(w) => sim::run(&args, &w),
             Err(msg) => {

@@ -89,6 +89,11 @@ pub struct SimArgs {
     /// Print every delivered packet (time, addresses, opcode, PSN, AETH) before the summary.
     #[arg(long)]
     pub trace: bool,
+    /// Instead of the two-device scenario: N senders (1 to 64) WRITE --size bytes (default
+    /// here 64 KiB when --size is left at 1024) to one receiver through one congested
+    /// 10 Gbit/s port with ECN marking, once with DCQCN on and once off; prints a table.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub incast: u64,
 }
 
 fn parse_mtu(s: &str) -> Result<Mtu, String> {
@@ -159,6 +164,45 @@ impl SimArgs {
         })?;
         Ok(w)
     }
+}
+
+/// `--incast N`: the incast scenario of `uroce_provider::sim::incast` with DCQCN on and
+/// off, one table row each. Exit status 1 when a run fails (an error completion).
+pub fn run_incast(args: &SimArgs) -> ExitCode {
+    use uroce_provider::sim::incast::{run_incast, IncastConfig, IncastReport};
+    let size = if args.size == 1024 { 65536 } else { args.size };
+    let base = IncastConfig {
+        seed: args.seed,
+        senders: args.incast as usize,
+        size: u32::try_from(size).unwrap_or(u32::MAX).max(1),
+        ..IncastConfig::default()
+    };
+    println!(
+        "incast: seed={} senders={} size={} depth={} link={} Mbit/s port: limit={} B red=K_min {} B K_max {} B P_max {} warmup={:?} measure={:?}",
+        base.seed,
+        base.senders,
+        base.size,
+        base.depth,
+        base.link_mbps,
+        base.queue_limit,
+        base.red.min_bytes,
+        base.red.max_bytes,
+        base.red.max_prob,
+        base.warmup,
+        base.measure
+    );
+    println!("{}", IncastReport::HEADER);
+    let mut status = ExitCode::SUCCESS;
+    for dcqcn in [true, false] {
+        match run_incast(&IncastConfig { dcqcn, ..base }) {
+            Ok(r) => println!("{r}"),
+            Err(e) => {
+                eprintln!("uroce sim: error: {e}");
+                status = ExitCode::FAILURE;
+            }
+        }
+    }
+    status
 }
 
 /// Runs the scenario and prints the report; see the module docs for the exit status.
