@@ -523,6 +523,38 @@ fn udaddy_defaults() {
     }
 }
 
+/// `mckey`: UD multicast joined with `rdma_join_multicast_ex` (the receiver's QP attached
+/// to the group, the sender a full member too), 10 datagrams to the group; the sender
+/// destroys its QP right after posting them, which they must survive.
+#[test]
+fn mckey_defaults() {
+    let test = "mckey_defaults";
+    if !ready(test, &["mckey"]) {
+        return;
+    }
+    let p = pair(
+        test,
+        Side {
+            ip: "127.0.134.2",
+            prog: "mckey",
+            args: args(&["-m", "239.0.134.1", "-b", "127.0.134.2", "-C", "10"]),
+        },
+        Side {
+            ip: "127.0.134.1",
+            prog: "mckey",
+            args: args(&["-m", "239.0.134.1", "-b", "127.0.134.1", "-s", "-C", "10"]),
+        },
+    );
+    for (side, out) in [("receiver", &p.server), ("sender", &p.client)] {
+        assert!(
+            out.contains("mckey: joined dgid: ::ffff:239.0.134.1")
+                && out.contains("data transfers complete")
+                && out.contains("return status 0"),
+            "{side}:\n{out}"
+        );
+    }
+}
+
 /// `rdma_server` against `rdma_client`: synchronous ids (`rdma_create_ep`,
 /// `rdma_get_request`) and the `<rdma/rdma_verbs.h>` inlines over the QP and CQs
 /// `rdma_create_ep` made; the server listens on any address (its only device).

@@ -244,3 +244,30 @@ fn a_connected_qp_cannot_be_pointed_at_a_group() {
     assert!(r.is_err(), "RTR towards a multicast GID must be refused");
     assert_eq!(rc.qp.state(), QpState::Init);
 }
+
+/// Datagrams posted just before the sending QP is destroyed still leave, as with rxe
+/// (which sends a user QP's packets inside `ibv_post_send`): librdmacm's `mckey` sender
+/// posts its sends, never polls its CQ, and destroys the QP at once.
+#[test]
+fn datagrams_posted_before_the_qp_is_destroyed_still_leave() {
+    let (ca, cb) = contexts("127.26.4.1", "127.26.4.2", &UdpBackend::default());
+    let group = "239.26.4.1";
+    let rx = ud(&cb, QKEY);
+    post_recvs(&rx, 0, 10);
+    rx.qp.attach_mcast(gid(group)).unwrap();
+    for round in 0..20u32 {
+        let tx = ud(&ca, QKEY);
+        for i in 0..10u32 {
+            post_to_group(&tx, gid(group), QKEY, u64::from(i), 100, round * 10 + i);
+        }
+        // The QP goes first (as mckey destroys it, before its CQ and region).
+        let End { qp, mr, cq, .. } = tx;
+        drop(qp);
+        drop((mr, cq));
+        for i in 0..10u64 {
+            let wc = expect_ok(&rx, i, "a datagram of a destroyed QP");
+            assert_eq!(wc.byte_len as usize, GRH + 100, "round {round}: {wc:?}");
+        }
+        post_recvs(&rx, 0, 10);
+    }
+}

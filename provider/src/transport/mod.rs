@@ -711,7 +711,7 @@ impl QueuePair {
     pub(crate) fn final_responses(&self) -> Vec<(Transmit, Vec<u8>)> {
         let mut out = Vec::new();
         if self.qp_type() != QpType::Rc {
-            return out;
+            return self.final_datagrams();
         }
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
@@ -740,6 +740,28 @@ impl QueuePair {
             out.push((t, buf[..len].to_vec()));
         }
         self.merge_counts(inner, &tally);
+        out
+    }
+
+    /// The packets of the UD and UC sends posted before the QP was destroyed that have not
+    /// left yet, built now (their completions are written as they are built). rxe builds
+    /// and sends a user QP's packets inside `ibv_post_send`, so a program may destroy the
+    /// QP right after posting (librdmacm's `mckey` sender does: it never polls its send
+    /// CQ) and its datagrams still leave; here the engine builds them later, so the drop
+    /// does it instead. At most [`FINAL_DATAGRAMS`] packets; pacing is not waited for.
+    fn final_datagrams(&self) -> Vec<(Transmit, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if !matches!(inner.attr.qp_state, QpState::Rts | QpState::Sqd) || inner.sq.is_empty() {
+            return out;
+        }
+        let mut buf = vec![0u8; crate::datapath::MAX_ROCE_PACKET_LEN];
+        while out.len() < FINAL_DATAGRAMS {
+            let (t, _) = self.poll_transmit_unreliable(inner, Instant::MAX, &mut buf);
+            let Some(t) = t else { break };
+            out.push((t, buf[..t.len].to_vec()));
+        }
         out
     }
 
@@ -1145,3 +1167,7 @@ impl QueuePair {
         (out, self.has_work(inner))
     }
 }
+
+/// The most packets a destroyed UD or UC QP still sends of what was posted
+/// ([`QueuePair::final_responses`]).
+const FINAL_DATAGRAMS: usize = 4096;
