@@ -234,6 +234,7 @@ run() {
     gcmd=${gcmd//@G/$gidx}
     case $uargs in *"-p "*) port=$(echo "$uargs" | sed 's/.*-p \([0-9]*\).*/\1/') ;; esac
     [ $net = loss ] && [ "${uargs#exec:}" = "$uargs" ] && [ "${uargs#cm:}" = "$uargs" ] && uargs="$uargs --stats"
+    [ $net = ce ] && uargs="$uargs --stats"
     # When uroce fails, the guest program is stopped at once (rxe would retry forever).
     if [ $role = server ]; then
         host_cmd $ip > "$u" 2>&1 & upid=$!
@@ -258,6 +259,11 @@ run() {
             local rx=$(awk '$1=="packets_received"{print $2; exit}' "$u") un=$(awk '$1=="icrc_unverifiable"{print $2; exit}' "$u") bad=$(awk '$1=="icrc_drops"{print $2; exit}' "$u")
             det="$det; raw backend: ${rx:-?} packets in, icrc_unverifiable ${un:-?}, icrc_drops ${bad:-?}"
             [ "${un:-x}" = 0 ] || { FAIL=$((FAIL + 1)); printf 'FAIL %-34s %5ss  %s\n' "$name" "$secs" "$det (ICRC not checked)"; return; }
+        fi
+        if [ $net = ce ]; then
+            local cs=$(awk '$1=="cnp_sent"{print $2; exit}' "$u") ce=$(awk '$1=="ce_received"{print $2; exit}' "$u")
+            det="$det; uroce saw ${ce:-?} CE marks and sent ${cs:-?} CNPs, which rxe ignored"
+            [ "${cs:-0}" -gt 0 ] 2>/dev/null || { FAIL=$((FAIL + 1)); printf 'FAIL %-34s %5ss  %s\n' "$name" "$secs" "$det (no CNP sent)"; return; }
         fi
         if [ $net = loss ] && [ "${uargs#cm:}" = "$uargs" ]; then
             local rt=$(awk '$1=="retransmits"{print $2; exit}' "$u") ne=$(awk '$1=="seq_err_naks_sent"{print $2; exit}' "$u")
@@ -398,6 +404,20 @@ done
 # perftest's -q (QPs per side) and -a (every size 2 B .. 8 MiB)
 for t in write_bw read_bw send_bw; do perf v4 v4 $t 65536 1024 50 "-q 2"; done
 for t in write_bw read_bw send_bw write_lat send_lat read_lat; do perf v4 v4 $t 1 4096 5 "-a"; done
+
+# --- ECN: every RoCE frame the guest sends is marked CE on its way (nft on its tap), so
+# uroce's notification point answers with CNPs (annex A17.9); rxe 6.1 has no congestion
+# control and ignores them: the traffic must be unaffected
+ns nft -f - <<EOF
+table netdev uroce_ce {
+    chain ce_from_guest {
+        type filter hook ingress device "rxtap$G" priority 0; policy accept;
+        udp dport 4791 ip ecn set ce
+    }
+}
+EOF
+for t in write_bw send_bw read_bw; do perf ce ce $t 65536 1024 100; done
+ns nft delete table netdev uroce_ce
 
 # --- the defaults a user types ----------------------------------------------------------
 for ty in rc uc ud srq; do ppdef $ty; done

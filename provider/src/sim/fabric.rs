@@ -424,6 +424,8 @@ struct InFlight {
     ecn: Ecn,
     /// Still to go through the output port of `dst` (`at` is its arrival there).
     at_port: bool,
+    /// The multicast group it was sent to (then `dst` is the member it goes to).
+    group: Option<IpAddr>,
 }
 
 impl PartialEq for InFlight {
@@ -783,6 +785,12 @@ impl Fabric {
     /// Puts one datagram through its link: filter, MTU, loss, duplication, corruption,
     /// delay, reordering.
     fn send(&mut self, src: SocketAddr, dst: IpAddr, data: Vec<u8>) {
+        self.send_via(src, dst, None, data)
+    }
+
+    /// [`Fabric::send`] of a copy of a datagram to `group` to its member `dst`: the link
+    /// and port are `dst`'s, the receiver sees the group (IBTA §10.5, annex A17.4.5).
+    fn send_via(&mut self, src: SocketAddr, dst: IpAddr, group: Option<IpAddr>, data: Vec<u8>) {
         let key = (src.ip(), dst);
         let cfg = self.link(key.0, key.1);
         let now = self.now;
@@ -886,6 +894,7 @@ impl Fabric {
                 corrupted,
                 ecn,
                 at_port,
+                group,
             });
         }
     }
@@ -950,7 +959,24 @@ impl Fabric {
                 let mut data = self.pool.pop().unwrap_or_default();
                 data.clear();
                 data.extend_from_slice(&self.buf[..t.len.min(self.buf.len())]);
-                self.send(src, t.dst, data);
+                if t.dst.is_multicast() {
+                    // A copy to each device with a QP in the group, the sender's own too.
+                    let members: Vec<IpAddr> = self
+                        .nodes
+                        .iter()
+                        .filter(|n| n.dev.is_mcast_member(t.dst))
+                        .map(|n| n.addr)
+                        .collect();
+                    for m in members {
+                        let mut c = self.pool.pop().unwrap_or_default();
+                        c.clear();
+                        c.extend_from_slice(&data);
+                        self.send_via(src, m, Some(t.dst), c);
+                    }
+                    self.pool.push(data);
+                } else {
+                    self.send(src, t.dst, data);
+                }
                 n += 1;
             }
         }
@@ -1015,16 +1041,21 @@ impl Fabric {
             return;
         };
         self.link_state(d.link.0, d.link.1).stats.delivered += 1;
-        let dst = SocketAddr::new(d.dst, ROCEV2_PORT);
+        let dst = SocketAddr::new(d.group.unwrap_or(d.dst), ROCEV2_PORT);
         let icrc = RxIcrc::Facts(IcrcIpFacts::new(d.src, dst));
-        self.nodes[i]
-            .dev
-            .handle_datagram_ecn(self.now, d.src, &d.data, icrc, d.ecn);
+        match d.group {
+            Some(g) => self.nodes[i]
+                .dev
+                .handle_multicast(self.now, d.src, g, &d.data, icrc),
+            None => self.nodes[i]
+                .dev
+                .handle_datagram_ecn(self.now, d.src, &d.data, icrc, d.ecn),
+        }
         if let Some(cap) = self.capture.as_mut() {
             cap.push(Captured {
                 time: self.now,
                 src: d.src,
-                dst: d.dst,
+                dst: d.group.unwrap_or(d.dst),
                 bytes: d.data.clone(),
                 corrupted: d.corrupted,
             });

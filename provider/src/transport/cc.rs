@@ -374,6 +374,32 @@ pub(crate) fn cnp_bytes(local: IpAddr, src_port: u16, peer: IpAddr, qpn: u32) ->
 mod tests {
     use super::*;
 
+    /// The CNP of NVIDIA's knowledge-base article "RoCEv2 CNP Packet Format Example"
+    /// (a ConnectX NIC's, to QPN 0xd2): BTH `81 00 ff ff 40 00 00 d2 00 00 00 00`, 16 zero
+    /// bytes, then the ICRC (which covers that capture's IP/UDP headers, not ours). uroce's
+    /// CNP to the same QPN has those 28 bytes exactly, and an ICRC that verifies.
+    #[test]
+    fn cnp_matches_the_connectx_example_byte_for_byte() {
+        const EXAMPLE: [u8; 28] = [
+            0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x00, 0xd2, 0x00, 0x00, 0x00, 0x00, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let (local, peer): (IpAddr, IpAddr) =
+            ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let b = cnp_bytes(local, 0xc123, peer, 0xd2);
+        assert_eq!(b.len(), 32);
+        assert_eq!(b[..28], EXAMPLE);
+        let facts = uroce_wire::IcrcIpFacts::new(
+            std::net::SocketAddr::new(local, 0xc123),
+            std::net::SocketAddr::new(peer, uroce_wire::ROCEV2_PORT),
+        );
+        let h = uroce_wire::InvariantHeaders::from_facts(&facts, b.len()).unwrap();
+        assert_eq!(
+            uroce_wire::icrc::verify(&h, &b).unwrap(),
+            uroce_wire::IcrcVerdict::Ok
+        );
+    }
+
     fn cfg() -> DcqcnConfig {
         DcqcnConfig {
             line_rate_mbps: 10_000,

@@ -83,7 +83,7 @@
 //! Completion timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, `_WALLCLOCK`, and
 //! `ibv_query_rt_values_ex`: uroce has no device clock, so `EOPNOTSUPP`), the other
 //! extended ops (flows, WQs, RSS, parent and thread domains, device memory, counters,
-//! `ibv_modify_cq`), zero-based memory windows, XRC, multicast, ECE, dmabuf.
+//! `ibv_modify_cq`), zero-based memory windows, XRC, ECE, dmabuf.
 
 pub mod abi;
 pub mod cm;
