@@ -10,74 +10,28 @@
 //! thread that creates them, and engine threads inherit it. No sleeps: waits are
 //! bounded polls of conditions.
 
+mod support;
+
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use support::{
+    completions, connect, end, ip, pattern, remove_stale_namespaces, run, sge, thread, wait_until,
+    End, Netns, RawDev,
+};
 use uroce_provider::backend::raw::{Ecn, Ipv4Ident, RawBackend, RawConfig, RawError, RawLink};
 use uroce_provider::backend::udp::UdpBackend;
 use uroce_provider::backend::{Backend, BackendError, Driver};
-use uroce_provider::cq::CompletionQueue;
-use uroce_provider::device::{Device, DeviceConfig, Gid};
-use uroce_provider::engine::{Engine, EngineConfig, Progress};
+use uroce_provider::device::{CcConfig, Device, DeviceConfig};
 use uroce_provider::limits::DeviceLimits;
-use uroce_provider::mr::{AccessFlags, MemoryRegion};
-use uroce_provider::pd::ProtectionDomain;
-use uroce_provider::qp::attr::{QpAttr, QpCap};
-use uroce_provider::qp::QpInitAttr;
-use uroce_provider::qp::QueuePair;
-use uroce_provider::wc::{WcStatus, WorkCompletion};
-use uroce_provider::wr::{RecvWr, SendOp, SendWr, Sge};
-use uroce_provider::{QpAttrMask, QpState, QpType};
+use uroce_provider::wc::WcStatus;
+use uroce_provider::wr::{RecvWr, SendOp, SendWr};
 use uroce_wire::frame::{FrameEmitter, IpRepr, UdpChecksumMode};
 use uroce_wire::{EtherType, EthernetRepr, Ipv4Repr, MacAddress, Mtu, UdpRepr};
 
-const WAIT: Duration = Duration::from_secs(20);
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-/// Waits until `f` holds, at most [`WAIT`]; panics with `what` otherwise.
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + WAIT;
-    while !f() {
-        assert!(
-            std::time::Instant::now() < end,
-            "timed out waiting for {what}"
-        );
-        std::thread::yield_now();
-    }
-}
-
-fn run(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 /// Why these tests cannot run here, if they cannot.
 fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root: network namespaces and CAP_NET_RAW need it".into());
-    }
-    if run(&["ip", "-V"]).is_err() {
-        return Some("`ip` is missing (Debian package iproute2)".into());
-    }
-    None
+    support::netns_skip_reason()
 }
 
 macro_rules! skip_unless_able {
@@ -87,50 +41,6 @@ macro_rules! skip_unless_able {
             return;
         }
     };
-}
-
-/// A network namespace, deleted on drop.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new(name: String) -> Netns {
-        let _ = run(&["ip", "netns", "del", &name]);
-        run(&["ip", "netns", "add", &name]).unwrap();
-        Netns { name }
-    }
-
-    fn ip(&self, args: &str) {
-        self.show(args);
-    }
-
-    /// `ip -n NAME args`, its output.
-    fn show(&self, args: &str) -> String {
-        let mut v = vec!["ip", "-n", &self.name];
-        v.extend(args.split_whitespace());
-        run(&v).unwrap()
-    }
-
-    /// Runs `f` on a thread inside the namespace and returns its result.
-    fn enter<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).unwrap();
-            // SAFETY: setns on a valid namespace descriptor; it changes only this thread.
-            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-            f()
-        })
-        .join()
-        .unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run(&["ip", "netns", "del", &self.name]);
-    }
 }
 
 /// Two namespaces `a` and `b` with a veth pair: `va` in a (10.231.N.1/24, fd31:N::1/64)
@@ -146,25 +56,8 @@ struct Topo {
     b6: IpAddr,
 }
 
-/// Deletes the namespaces of earlier runs of these tests that were killed before their
-/// guards ran (their process is gone).
-fn remove_stale_namespaces() {
-    let Ok(list) = run(&["ip", "netns", "list"]) else {
-        return;
-    };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let Some(rest) = name.strip_prefix("uroce-raw-") else {
-            continue;
-        };
-        let pid = rest.split('-').next().unwrap_or("");
-        if !pid.is_empty() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = run(&["ip", "netns", "del", name]);
-        }
-    }
-}
-
 fn topo(n: u8) -> Topo {
-    remove_stale_namespaces();
+    remove_stale_namespaces("uroce-raw-");
     let pid = std::process::id();
     let a = Netns::new(format!("uroce-raw-{pid}-{n}a"));
     let b = Netns::new(format!("uroce-raw-{pid}-{n}b"));
@@ -228,39 +121,8 @@ impl Topo {
     }
 }
 
-fn thread() -> EngineConfig {
-    EngineConfig {
-        progress: Progress::Thread {
-            busy_poll: Duration::ZERO,
-        },
-        ..EngineConfig::default()
-    }
-}
-
-/// A device on the raw backend, built by hand to keep the engine (for its stats).
-struct RawDev {
-    dev: Arc<Device>,
-    engine: Engine,
-    mac: MacAddress,
-}
-
-impl RawDev {
-    fn stats(&self) -> uroce_provider::backend::raw::RawStats {
-        self.engine.stats().raw.expect("a raw link")
-    }
-}
-
 fn raw_dev(ns: &Netns, addr: IpAddr, cfg: RawConfig, seed: u64) -> RawDev {
-    ns.enter(move || {
-        let link = RawLink::open(addr, &cfg, seed).unwrap();
-        let mac = link.interface().mac;
-        let mut c = DeviceConfig::new(format!("raw-{addr}"), addr);
-        c.port_mtu = link.active_mtu();
-        c.seed = seed;
-        let dev = Device::with_limits(c, DeviceLimits::DEFAULT);
-        let engine = Engine::start_raw(dev.clone(), link, thread()).unwrap();
-        RawDev { dev, engine, mac }
-    })
+    support::raw_dev_cc(ns, addr, cfg, seed, CcConfig::default())
 }
 
 fn udp_dev(ns: &Netns, addr: IpAddr, seed: u64) -> (Arc<Device>, Arc<dyn Driver>) {
@@ -274,146 +136,6 @@ fn udp_dev(ns: &Netns, addr: IpAddr, seed: u64) -> (Arc<Device>, Arc<dyn Driver>
         let o = backend.open(c, DeviceLimits::DEFAULT).unwrap();
         (o.device, o.driver.unwrap())
     })
-}
-
-const MR_LEN: usize = 1 << 16;
-
-/// One side of an RC connection.
-struct End {
-    dev: Arc<Device>,
-    cq: Arc<CompletionQueue>,
-    qp: Arc<QueuePair>,
-    mr: Arc<MemoryRegion>,
-    _pd: Arc<ProtectionDomain>,
-}
-
-fn end(dev: &Arc<Device>) -> End {
-    let pd = ProtectionDomain::alloc(dev).unwrap();
-    let cq = CompletionQueue::create(dev, 4096, None).unwrap();
-    let all = (AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC)
-        .bits();
-    let mr = MemoryRegion::from_bytes(&pd, &vec![0u8; MR_LEN], all).unwrap();
-    let qp = QueuePair::create(
-        &pd,
-        QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            srq: None,
-            cap: QpCap {
-                max_send_wr: 512,
-                max_recv_wr: 512,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-        },
-    )
-    .unwrap();
-    End {
-        dev: dev.clone(),
-        cq,
-        qp,
-        mr,
-        _pd: pd,
-    }
-}
-
-/// Moves `a` to RTS towards `b` (ACK timeout code `timeout`: 4.096 µs × 2^timeout).
-fn connect_one(a: &End, b: &End, timeout: u8) {
-    let all = (AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC)
-        .bits();
-    a.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: all,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS,
-    )
-    .unwrap();
-    let ah = uroce_provider::ah::AhAttr {
-        dgid: Gid::from_ip(b.dev.config().addr),
-        is_global: true,
-        port_num: 1,
-        ..Default::default()
-    };
-    a.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: ah,
-            path_mtu: Mtu::Mtu1024,
-            dest_qp_num: b.qp.qpn(),
-            rq_psn: 0x100,
-            max_dest_rd_atomic: 4,
-            min_rnr_timer: 1,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::AV
-            | QpAttrMask::PATH_MTU
-            | QpAttrMask::DEST_QPN
-            | QpAttrMask::RQ_PSN
-            | QpAttrMask::MAX_DEST_RD_ATOMIC
-            | QpAttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
-    a.qp.modify(
-        &QpAttr {
-            qp_state: QpState::Rts,
-            timeout,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            sq_psn: 0x100,
-            max_rd_atomic: 4,
-            ..QpAttr::default()
-        },
-        QpAttrMask::STATE
-            | QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::SQ_PSN
-            | QpAttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .unwrap();
-}
-
-fn connect(a: &End, b: &End, timeout: u8) {
-    connect_one(a, b, timeout);
-    connect_one(b, a, timeout);
-}
-
-/// Polls `n` completions from `e`'s CQ; every one must be a success.
-fn completions(e: &End, n: usize) -> Vec<WorkCompletion> {
-    let mut got = Vec::new();
-    wait_until(&format!("{n} completions"), || {
-        while let Some(wc) = e.cq.poll_one() {
-            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-            got.push(wc);
-        }
-        got.len() >= n
-    });
-    got
-}
-
-fn sge(e: &End, off: usize, len: usize) -> Sge {
-    Sge {
-        addr: e.mr.addr() + off as u64,
-        length: len as u32,
-        lkey: e.mr.lkey(),
-    }
-}
-
-fn pattern(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 31 + seed * 7) as u8).collect()
 }
 
 /// `a` SENDs `sends` messages of `len` bytes to `b`, then WRITEs 8000 bytes into `b`'s
