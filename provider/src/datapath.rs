@@ -250,8 +250,13 @@ impl Datapath {
         }
     }
 
+    /// Adds `n` to the device's counter `c`. Every count, the QPs' included, comes here:
+    /// a drop counter is also logged, with why ([`Counter::drop_reason`]).
     pub(crate) fn count(&self, c: Counter, n: u64) {
         self.counters.add(c, n);
+        if let Some(why) = c.drop_reason() {
+            crate::trace::dropped(c, n, why);
+        }
     }
 
     /// Notes that CQ `cq` lost a completion (it overflowed); called with a QP lock held,
@@ -307,6 +312,7 @@ impl Device {
         ecn: Ecn,
     ) {
         let dp = &self.dp;
+        let _span = self.span().enter();
         self.tap(TapDirection::Received, src, None, payload);
         let Some(pkt) = self.checked(payload, icrc) else {
             return;
@@ -335,6 +341,7 @@ impl Device {
         icrc: RxIcrc,
     ) {
         let dp = &self.dp;
+        let _span = self.span().enter();
         self.tap(TapDirection::Received, src, None, payload);
         let Some(pkt) = self.checked(payload, icrc) else {
             return;

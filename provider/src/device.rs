@@ -237,6 +237,9 @@ pub struct Device {
     events: EventQueue,
     pub(crate) dp: crate::datapath::Datapath,
     pub(crate) mcast: crate::mcast::Groups,
+    /// The device's `tracing` span ([`crate::trace`]); disabled when no subscriber
+    /// wanted it at open.
+    span: tracing::Span,
 }
 
 impl Device {
@@ -248,7 +251,14 @@ impl Device {
 
     /// Opens a device with the given limits (tests use small ones).
     pub fn with_limits(config: DeviceConfig, limits: DeviceLimits) -> std::sync::Arc<Device> {
+        let span = tracing::error_span!(
+            "device",
+            name = %config.name,
+            addr = %config.addr
+        );
+        span.in_scope(|| tracing::debug!(mtu = ?config.port_mtu, "device opened"));
         let dev = Device {
+            span,
             gids: vec![Gid::from_ip(config.addr)],
             res: Mutex::new(Resources {
                 rng: ChaCha20Rng::seed_from_u64(config.seed),
@@ -277,6 +287,12 @@ impl Device {
     /// (the simulator's fabric delivers a group's packets to its members).
     pub fn is_mcast_member(&self, group: IpAddr) -> bool {
         self.mcast.is_member(group)
+    }
+
+    /// The device's `tracing` span (fields `name`, `addr`; see [`crate::trace`]): the
+    /// parent of its QPs' spans. Drivers enter it around their work on the device.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The configuration the device was opened with.

@@ -640,7 +640,8 @@ impl Shared {
                 });
                 match got {
                     Ok(n) => work |= n > 0,
-                    Err(_) => {
+                    Err(e) => {
+                        tracing::debug!(error = %e, "multicast receive failed");
                         self.rx_errors.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -671,7 +672,8 @@ impl Shared {
                         break;
                     }
                 }
-                Err(_) => {
+                Err(e) => {
+                    tracing::debug!(error = %e, "receive failed");
                     self.rx_errors.fetch_add(1, Ordering::Relaxed);
                     break;
                 }

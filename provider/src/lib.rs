@@ -25,6 +25,7 @@
 //! | [`transport`] | the sans-IO RC transport: requester, responder, completer, timers | IBTA §9.7 |
 //! | [`datapath`] | the device-level interface: datagrams in, packets out, timers | annex A17 |
 //! | [`counters`] | per-device and per-QP transport counters | rxe hw counters |
+//! | [`trace`] | the `tracing` spans and events (no subscriber: the programs install one) | issue 15 |
 //!
 //! Determinism: nothing in this crate reads a clock or seeds a random-number generator
 //! by itself. Keys and QP numbers come from a ChaCha20 generator seeded by
@@ -49,6 +50,7 @@ pub mod qp;
 pub mod sim;
 pub mod srq;
 pub mod time;
+pub mod trace;
 pub mod transport;
 pub mod wc;
 pub mod wr;

@@ -439,13 +439,14 @@ pub(crate) fn start(qp: &Qp, mr: Option<&Mr>, opts: &RcOptions) -> Result<PeerIn
             u32::from_ne_bytes(b)
         }
     };
-    Ok(PeerInfo::of(
-        qp,
-        opts.port_num,
-        u32::from(opts.gid_index),
-        psn,
-        mr,
-    )?)
+    let local = PeerInfo::of(qp, opts.port_num, u32::from(opts.gid_index), psn, mr)?;
+    tracing::debug!(
+        qpn = %format_args!("{:#08x}", local.qpn),
+        psn = %format_args!("{:#08x}", local.psn),
+        gid = %local.gid,
+        "exchange: sending this side's QP info"
+    );
+    Ok(local)
 }
 
 /// Step 2 on the peer's message: the peer, and the marker to write.
@@ -456,15 +457,25 @@ pub(crate) fn finish(
     opts: &RcOptions,
 ) -> (Result<PeerInfo, ConnectError>, &'static [u8; 4]) {
     let r = PeerInfo::parse(msg).and_then(|peer| {
+        tracing::debug!(
+            qpn = %format_args!("{:#08x}", peer.qpn),
+            psn = %format_args!("{:#08x}", peer.psn),
+            gid = %peer.gid,
+            "exchange: peer's QP info received"
+        );
         to_rts(qp, &peer, local.psn, opts)?;
         Ok(peer)
     });
+    if let Err(e) = &r {
+        tracing::debug!(error = %e, "exchange: failed");
+    }
     let marker = if r.is_ok() { READY } else { FAILED };
     (r, marker)
 }
 
 /// Step 3 on the peer's marker.
 pub(crate) fn check_marker(m: &[u8; 4]) -> Result<(), ConnectError> {
+    tracing::debug!(marker = %String::from_utf8_lossy(m), "exchange: peer's marker received");
     match m {
         m if m == READY => Ok(()),
         m if m == FAILED => Err(ConnectError::PeerFailed),

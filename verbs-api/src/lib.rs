@@ -124,6 +124,13 @@
 //! no data race is possible without `unsafe`. [`Pd::reg_mr_raw`] registers foreign
 //! memory for the C ABI.
 //!
+//! ## Logging
+//!
+//! Silent unless asked: `UROCE_LOG=uroce=debug` (an `EnvFilter` directive) makes every
+//! program that uses uroce log to stderr, with no code ([`init_logging`], called when the
+//! device list is read and when a device opens). What is logged at which level:
+//! `uroce_provider::trace`.
+//!
 //! ## Randomness
 //!
 //! R_Keys, L_Keys and QP numbers are unpredictable: a context draws a seed from the
@@ -135,10 +142,12 @@
 pub mod aio;
 pub mod connect;
 mod eventfd;
+mod logging;
 mod objects;
 pub mod rdma_cm;
 pub mod rsocket;
 
+pub use logging::{init_logging, init_logging_with, LogError, LOG_ENV};
 pub use objects::*;
 pub use uroce_provider::ah::AhAttr;
 pub use uroce_provider::backend::raw::{RawBackend, RawConfig, RawError};

@@ -21,31 +21,53 @@ use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, UdDest};
 /// else the file named by `UROCE_CONFIG`, else `uroce0=127.0.0.1,uroce1=127.0.0.2`
 /// (see the crate docs).
 pub fn devices() -> Result<Vec<Device>> {
-    let text = if let Some(v) = std::env::var("UROCE_DEVICES")
+    crate::init_logging();
+    let (text, from) = if let Some(v) = std::env::var("UROCE_DEVICES")
         .ok()
         .filter(|v| !v.trim().is_empty())
     {
-        v
+        (v, "UROCE_DEVICES")
     } else if let Ok(path) = std::env::var("UROCE_CONFIG") {
-        std::fs::read_to_string(&path).map_err(|e| VerbsError::Config {
+        let text = std::fs::read_to_string(&path).map_err(|e| VerbsError::Config {
             entry: 0,
             reason: format!("cannot read UROCE_CONFIG file {path:?}: {e}"),
-        })?
+        })?;
+        (text, "UROCE_CONFIG")
     } else {
-        return Ok(DeviceConfig::default_list()
+        let devs: Vec<Device> = DeviceConfig::default_list()
             .into_iter()
             .map(|config| Device { config })
-            .collect());
+            .collect();
+        log_list(&devs, "the default");
+        return Ok(devs);
     };
-    devices_from(&text)
+    parse_devices(&text, from)
+}
+
+/// Logs a device list (DEBUG): `name=address` entries, and where they came from.
+fn log_list(devs: &[Device], from: &str) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        let list: Vec<String> = devs
+            .iter()
+            .map(|d| format!("{}={}", d.config.name, d.config.addr))
+            .collect();
+        tracing::debug!(devices = %list.join(","), from, "device list read");
+    }
 }
 
 /// The devices of a configuration text (the format of `UROCE_DEVICES`).
 pub fn devices_from(text: &str) -> Result<Vec<Device>> {
-    Ok(DeviceConfig::parse_list(text)?
+    parse_devices(text, "a configuration text")
+}
+
+fn parse_devices(text: &str, from: &str) -> Result<Vec<Device>> {
+    crate::init_logging();
+    let devs: Vec<Device> = DeviceConfig::parse_list(text)?
         .into_iter()
         .map(|config| Device { config })
-        .collect())
+        .collect();
+    log_list(&devs, from);
+    Ok(devs)
 }
 
 /// The device named `name` in [`devices`] (what `-d name` selects).
@@ -131,6 +153,7 @@ impl Device {
         seed: u64,
         limits: DeviceLimits,
     ) -> Result<Context> {
+        crate::init_logging();
         let config = DeviceConfig {
             seed,
             ..self.config.clone()

@@ -65,6 +65,9 @@ pub struct QueuePair {
     sq_sig_all: bool,
     cap: QpCap,
     pub(crate) inner: Mutex<QpInner>,
+    /// The QP's `tracing` span (see [`crate::trace`]), a child of its device's: entered by
+    /// the datapath entry points and `modify`; `peer` and `peer_qpn` are recorded at RTR.
+    pub(crate) span: tracing::Span,
 }
 
 fn check_cap(what: Resource, requested: u32, max: u32) -> Result<()> {
@@ -148,7 +151,17 @@ impl QueuePair {
             cap,
             ..QpAttr::default()
         };
+        let span = tracing::error_span!(
+            parent: dev.span(),
+            "qp",
+            qpn = %crate::trace::Qpn(qpn),
+            r#type = %init.qp_type,
+            peer = tracing::field::Empty,
+            peer_qpn = tracing::field::Empty,
+        );
+        span.in_scope(|| tracing::debug!(cap = ?cap, srq = init.srq.is_some(), "QP created"));
         let qp = Arc::new(QueuePair {
+            span,
             qpn,
             qp_type: init.qp_type,
             pd: pd.clone(),
@@ -352,9 +365,30 @@ impl QueuePair {
     /// none is outstanding). Until then [`QpAttr::sq_draining`] is true; leaving SQD for RTS
     /// or ERR before that stops the drain without the event.
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), ModifyQpError> {
+        let _span = self.span.enter();
         let mut inner = self.inner.lock();
         let cur = inner.attr.qp_state;
-        let next = self.check_modify_from(cur, attr, mask)?;
+        let next = match self.check_modify_from(cur, attr, mask) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(from = %cur, error = %e, "modify_qp refused");
+                return Err(e);
+            }
+        };
+        if mask.contains(QpAttrMask::AV) {
+            self.span
+                .record("peer", tracing::field::display(attr.ah_attr.dgid));
+        }
+        if mask.contains(QpAttrMask::DEST_QPN) {
+            self.span.record(
+                "peer_qpn",
+                tracing::field::display(crate::trace::Qpn(attr.dest_qp_num)),
+            );
+        }
+        // ERR is logged by enter_error_locked, with its reason.
+        if next != cur && next != QpState::Err {
+            tracing::info!(from = %cur, to = %next, "QP state changed");
+        }
         let a = &mut inner.attr;
         macro_rules! apply {
             ($($bit:ident => $($field:ident),+;)*) => {$(
@@ -448,7 +482,10 @@ impl QueuePair {
     /// `QP_LAST_WQE_REACHED` for SRQ users (IBTA §10.2.9.5).
     pub(crate) fn enter_error_locked(&self, inner: &mut QpInner, cur: QpState) {
         // Whoever moved it here without saying why did so with modify_qp.
-        inner.rc.err_reason.get_or_insert(ErrReason::Modified);
+        let reason = *inner.rc.err_reason.get_or_insert(ErrReason::Modified);
+        if cur != QpState::Err {
+            tracing::info!(from = %cur, to = %QpState::Err, %reason, "QP state changed");
+        }
         inner.attr.qp_state = QpState::Err;
         self.flush_locked(inner);
         if cur != QpState::Err && self.srq.is_some() {

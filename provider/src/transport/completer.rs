@@ -115,12 +115,13 @@ impl Completer {
     }
 
     /// Go-back-N from `psn`, counted against `retry_cnt` (C9-141: `retry_cnt` 7 means 7
-    /// retries, unlike `rnr_retry`). Once per gap.
-    fn retry(&mut self, psn: Psn, out: &mut CompOut<'_>) {
+    /// retries, unlike `rnr_retry`). Once per gap. `cause` says why, for the log.
+    fn retry(&mut self, psn: Psn, cause: &'static str, out: &mut CompOut<'_>) {
         if self.retried_from == Some(psn) {
             return;
         }
         if self.retry_left == 0 {
+            tracing::debug!(from_psn = %psn, cause, retry_cnt = self.retry_cnt, "retries exhausted");
             (out.count)(Counter::RetryExceeded);
             // The ACK timeout and the peer's silence are the QP's to fill in.
             out.actions.push(Action::Fatal(ErrorCause::RetryExceeded {
@@ -134,6 +135,7 @@ impl Completer {
         }
         self.retry_left -= 1;
         self.retried_from = Some(psn);
+        tracing::debug!(from_psn = %psn, cause, retries_left = self.retry_left, "retransmitting");
         out.actions.push(Action::RetryFrom(psn));
     }
 
@@ -147,7 +149,7 @@ impl Completer {
         self.timeouts = self.timeouts.saturating_add(1);
         // A timeout is a new attempt even from the same PSN.
         self.retried_from = None;
-        self.retry(req.una(), out);
+        self.retry(req.una(), "ACK timeout", out);
     }
 
     /// Completes every WQE whose PSNs all lie before `through` (exclusive) — the implicit
@@ -188,7 +190,7 @@ impl Completer {
                     if covered > w.done_pkts {
                         // The responder went past it, so its response was lost.
                         let psn = w.first_psn.wrapping_add(w.done_pkts);
-                        self.retry(psn, out);
+                        self.retry(psn, "response lost (a later PSN was acknowledged)", out);
                         return false;
                     }
                 }
@@ -250,6 +252,13 @@ impl Completer {
                     self.ack_before(ctx, req, psn.next(), out);
                 }
                 AethSyndrome::RnrNak { timer } => {
+                    tracing::debug!(
+                        %psn,
+                        syndrome = ?aeth.syndrome,
+                        syndrome_byte = %format_args!("{:#04x}", aeth.syndrome.to_byte()),
+                        wait_us = rnr_timer_duration(timer).as_micros() as u64,
+                        "RNR NAK received"
+                    );
                     (out.count)(Counter::RnrNaksReceived);
                     if req.rnr_wait || !self.ack_before(ctx, req, psn, out) {
                         return;
@@ -275,6 +284,12 @@ impl Completer {
                     });
                 }
                 AethSyndrome::Nak(code) => {
+                    tracing::debug!(
+                        %psn,
+                        syndrome = ?aeth.syndrome,
+                        syndrome_byte = %format_args!("{:#04x}", aeth.syndrome.to_byte()),
+                        "NAK received"
+                    );
                     if code == NakCode::PsnSequenceError {
                         (out.count)(Counter::SeqErrNaksReceived);
                     } else {
@@ -285,7 +300,7 @@ impl Completer {
                     }
                     if code == NakCode::PsnSequenceError {
                         // IBTA §9.7.5.2.1 (sequence error): resend from the NAK's PSN.
-                        self.retry(psn, out);
+                        self.retry(psn, "sequence NAK", out);
                         return;
                     }
                     let cause = nak_cause(code, psn, self.front(req, sq));
@@ -365,7 +380,7 @@ impl Completer {
         }
         if d > 0 {
             // A gap in the response stream: ask again from the first missing packet.
-            self.retry(expected, out);
+            self.retry(expected, "gap in the READ responses", out);
             return;
         }
         let mtu = ctx.mtu.bytes() as u32;

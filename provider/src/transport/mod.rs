@@ -173,7 +173,17 @@ impl QueuePair {
         wc.status = cause.status();
         wc.vendor_err = cause.code() as u32;
         wc.byte_len = 0;
-        if !matches!(cause, ErrorCause::Flushed { .. }) {
+        if matches!(cause, ErrorCause::Flushed { .. }) {
+            tracing::debug!(wr_id = wc.wr_id, opcode = ?wc.opcode, status = %wc.status, %cause, "completion flushed");
+        } else {
+            tracing::warn!(
+                wr_id = wc.wr_id,
+                opcode = ?wc.opcode,
+                status = %wc.status,
+                vendor_err = wc.vendor_err,
+                %cause,
+                "error completion"
+            );
             inner.rc.err_reason.get_or_insert(ErrReason::Completion {
                 wr_id: wc.wr_id,
                 recv: matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm),
@@ -203,6 +213,7 @@ impl QueuePair {
     /// One of the QP's CQs overflowed: the QP goes to ERR (see
     /// [`crate::datapath::Datapath::settle_cq_errors`]).
     pub(crate) fn cq_error(&self) {
+        let _span = self.span.enter();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let cur = inner.attr.qp_state;
@@ -280,6 +291,7 @@ impl QueuePair {
         ce: bool,
     ) {
         let dev = self.pd().device();
+        let _span = self.span.enter();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let state = inner.attr.qp_state;
@@ -327,6 +339,12 @@ impl QueuePair {
         let Some(repr) = self.parse_checked(inner, pkt) else {
             return;
         };
+        tracing::trace!(
+            opcode = %repr.bth.opcode,
+            psn = %repr.bth.psn,
+            len = pkt.total_len(),
+            "packet received"
+        );
         match self.qp_type() {
             QpType::Rc => {}
             QpType::Uc => {
@@ -588,6 +606,7 @@ impl QueuePair {
     /// Writes this QP's next packet into `buf`; the flag says whether more may follow.
     /// Responses (ACKs, READ responses) go before new requests.
     pub(crate) fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> (Option<Transmit>, bool) {
+        let _span = self.span.enter();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let a = inner.attr;
@@ -616,6 +635,7 @@ impl QueuePair {
                 .poll_transmit(a.dest_qp_num, a.path_mtu, route, buf)
         {
             tally.add(what, 1);
+            tracing::trace!(len, kind = what.name(), "response packet sent");
             sent = Some(len);
             if let Some((e, psn)) = inner.rc.resp.take_fatal() {
                 // The packet just built is that failure's NAK: it still goes out.
@@ -638,6 +658,7 @@ impl QueuePair {
                     if retransmit {
                         tally.add(Counter::Retransmits, 1);
                     }
+                    tracing::trace!(len, retransmit, "request packet sent");
                     self.pace_sent(inner, now, len);
                     if let Some(t) = ack_timeout(a.timeout) {
                         // A paced requester times its ACK from its last packet: the peer
@@ -767,6 +788,7 @@ impl QueuePair {
 
     /// Fires the QP's timers due at `now`.
     pub(crate) fn handle_timeout(&self, now: Instant) {
+        let _span = self.span.enter();
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let mut tally = Counters::default();
@@ -795,6 +817,7 @@ impl QueuePair {
                 }
                 Timer::Rnr => {
                     let rc = &mut inner.rc;
+                    tracing::debug!(from_psn = %rc.rnr_psn, cause = "RNR wait over", "retransmitting");
                     rc.req.rnr_wait = false;
                     rc.req.rewind(rc.rnr_psn);
                 }
@@ -865,6 +888,7 @@ impl QueuePair {
             peer: dest.peer,
         };
         let len = cc::emit_cnp(r, dest.qpn, buf);
+        tracing::debug!(to = %dest.peer, to_qpn = %crate::trace::Qpn(dest.qpn), "CNP sent");
         let mut tally = Counters::default();
         tally.add(Counter::CnpSent, 1);
         tally.add(Counter::PacketsSent, 1);
@@ -889,9 +913,17 @@ impl QueuePair {
         if cfg.rp_enabled {
             tally.add(Counter::CnpHandled, 1);
             let rc = &mut inner.rc;
-            if rc.cc.rp.on_cnp(now, &cfg.dcqcn, &mut rc.timers) {
+            let cut = rc.cc.rp.on_cnp(now, &cfg.dcqcn, &mut rc.timers);
+            if cut {
                 tally.add(Counter::CcRateCuts, 1);
             }
+            tracing::debug!(
+                rate_cut = cut,
+                rate_mbps = rc.cc.rp.status(&cfg.dcqcn).rate_mbps,
+                "CNP handled"
+            );
+        } else {
+            tracing::debug!("CNP received, reaction point disabled");
         }
         self.merge_counts(inner, &tally);
         self.sync_datapath(inner, false);
@@ -1137,6 +1169,7 @@ impl QueuePair {
         let mut tally = Counters::default();
         let out = match built {
             Ok((len, dst, last)) => {
+                tracing::trace!(len, %dst, "packet sent");
                 self.pace_sent(inner, now, len);
                 tally.add(Counter::PacketsSent, 1);
                 tally.add(Counter::BytesSent, len as u64);

@@ -770,6 +770,14 @@ impl Responder {
         let mut repr = RoceRepr::default();
         let (len, what, done) = match front {
             Out::Ack { psn, syndrome, msn } => {
+                if !syndrome.is_ack() {
+                    tracing::debug!(
+                        psn = %*psn,
+                        syndrome = ?*syndrome,
+                        syndrome_byte = %format_args!("{:#04x}", syndrome.to_byte()),
+                        "NAK sent"
+                    );
+                }
                 bth.opcode = Opcode::RC_ACKNOWLEDGE;
                 bth.psn = *psn;
                 repr.aeth = Some(AethRepr {

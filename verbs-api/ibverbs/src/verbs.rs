@@ -208,9 +208,12 @@ fn put_str(dst: &mut [c_char], s: &str) {
 
 /// The devices, built once per process from `UROCE_DEVICES` / `UROCE_CONFIG` / the
 /// default (as `uroce_verbs::devices`); pointers stay valid until the process exits.
+/// The first call also starts the log of `UROCE_LOG` (`uroce_verbs::init_logging`), so C
+/// programs log as Rust ones do.
 pub(crate) fn device_table() -> Result<&'static [usize], Errno> {
     static TABLE: OnceLock<Result<Vec<usize>, Errno>> = OnceLock::new();
     let t = TABLE.get_or_init(|| {
+        uroce_verbs::init_logging();
         let devs = uroce_verbs::devices().map_err(|e| {
             eprintln!("uroce libibverbs: {e}");
             Errno(e.errno())

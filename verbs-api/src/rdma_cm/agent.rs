@@ -333,7 +333,9 @@ impl Agent {
     }
 
     fn send_mad(&self, to: Gid, mad: &CmMad) {
+        log_mad(self, "CM MAD sent", to, mad);
         let Some(slot) = self.send_free.lock().pop() else {
+            tracing::debug!(parent: self.ctx.provider().span(), msg = mad.message.name(), "CM MAD dropped: no free send slot");
             self.counters.no_send_slot.fetch_add(1, Ordering::Relaxed);
             return;
         };
@@ -414,11 +416,13 @@ impl Agent {
             .unwrap_or_default();
         let mad = match CmMad::parse(&buf[40..]) {
             Ok(m) => m,
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!(parent: self.ctx.provider().span(), %from, error = %e, "CM MAD dropped: unparsable");
                 self.counters.unparsable.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         };
+        log_mad(self, "CM MAD received", from, &mad);
         let mut st = self.state.lock();
         st.cm.handle_message(now(), from, &mad);
         self.pump(&mut st);
@@ -465,6 +469,40 @@ impl Agent {
             }
         }
     }
+}
+
+/// Logs a CM MAD sent to or received from `peer` (DEBUG, in the device's span): its
+/// message (REQ, REP, RTU, REJ with its reason, DREQ, ...), transaction ID and
+/// communication IDs (IBTA vol. 1 §12.6).
+fn log_mad(a: &Agent, what: &'static str, peer: Gid, mad: &CmMad) {
+    use uroce_wire::mad::CmMessage as M;
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let (local, remote) = match &mad.message {
+        M::Req(m) => (m.local_comm_id, 0),
+        M::Mra(m) => (m.local_comm_id, m.remote_comm_id),
+        M::Rej(m) => (m.local_comm_id, m.remote_comm_id),
+        M::Rep(m) => (m.local_comm_id, m.remote_comm_id),
+        M::Rtu(m) => (m.local_comm_id, m.remote_comm_id),
+        M::Dreq(m) => (m.local_comm_id, m.remote_comm_id),
+        M::Drep(m) => (m.local_comm_id, m.remote_comm_id),
+        M::SidrReq(_) | M::SidrRep(_) => (0, 0),
+    };
+    let reason = match &mad.message {
+        M::Rej(m) => Some(m.reason),
+        _ => None,
+    };
+    tracing::debug!(
+        parent: a.ctx.provider().span(),
+        msg = mad.message.name(),
+        %peer,
+        tid = %format_args!("{:#x}", mad.header.transaction_id),
+        local_comm_id = %format_args!("{local:#010x}"),
+        remote_comm_id = %format_args!("{remote:#010x}"),
+        reason,
+        "{what}"
+    );
 }
 
 /// RESET -> INIT (port 1, P_Key index 0, `qkey`) -> RTR -> RTS (`sq_psn`): what a UD QP

@@ -230,6 +230,12 @@ impl EventChannel {
     }
 
     fn push(&self, e: CmEvent) {
+        tracing::debug!(
+            event = ?e.kind,
+            status = e.status,
+            qp_num = %format_args!("{:#08x}", e.param.qp_num),
+            "rdma_cm event raised"
+        );
         let mut q = self.inner.queue.lock();
         q.push_back(e);
         self.inner.fd.signal();

@@ -13,6 +13,10 @@
 //! - `uroce doctor`: what a uroce program needs on this machine, one line per check.
 //! - `uroce explain [CODE]`: the sentence of an error completion's `vendor_err`.
 //!
+//! Global option `--log DIRECTIVE` (or the environment variable `UROCE_LOG`): log to stderr
+//! with that `tracing` filter directive, e.g. `--log uroce=debug` (see
+//! `uroce_verbs::init_logging`); `uroce exec` passes it on to the program.
+//!
 //! Traffic commands print one-line errors (`uroce: error: ...`) and exit with status 1;
 //! bad flags exit with status 2.
 
@@ -47,6 +51,11 @@ use clap::{CommandFactory, Parser, Subcommand};
     propagate_version = true
 )]
 struct Cli {
+    /// Log to stderr with this filter directive (what UROCE_LOG takes, which it
+    /// overrides): e.g. `uroce=debug` (NAKs, retransmissions, drops, CM messages),
+    /// `uroce=info` (QP state changes), `uroce_provider::transport=trace` (every packet).
+    #[arg(long, global = true, value_name = "DIRECTIVE")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -130,6 +139,17 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    if let Some(d) = &cli.log {
+        // Before any thread exists; `uroce exec` hands it to the program this way too.
+        std::env::set_var(uroce_verbs::LOG_ENV, d);
+        if let Err(e @ uroce_verbs::LogError::BadDirective { .. }) =
+            uroce_verbs::init_logging_with(d)
+        {
+            eprintln!("uroce: error: --log: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    uroce_verbs::init_logging();
     match cli.command {
         Command::Pcap { files } => pcap::run(&files),
         Command::Devices(args) => report(devices::run(&args)),
