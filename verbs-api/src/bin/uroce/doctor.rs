@@ -225,6 +225,14 @@ pub fn run(_args: &DoctorArgs) -> Result<(), Fail> {
                 let (v, t) = check_port(ip);
                 out((v, format!("{name}: {t}")));
             }
+            // A fresh network namespace's lo is down, and has no address until it is up.
+            None if ip.is_loopback() => out((
+                Verdict::Fail,
+                format!(
+                    "{name}: no interface has {ip}: is lo down (as in a fresh network \
+                     namespace)? `ip link set lo up` (every 127.x address is then on lo)"
+                ),
+            )),
             None => out((
                 Verdict::Fail,
                 format!(
