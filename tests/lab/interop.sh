@@ -111,12 +111,13 @@ wait_listen() {
     return 1
 }
 
-# wait until program $2 has an rdma_cm id in the guest, in any state (mckey's is never
-# listening), at most $1 s
-wait_cmid() {
+# wait until the guest's IP stack is in multicast group $2 (the kernel's CMA joins it for
+# rdma_join_multicast; mckey's receiver drops what comes before its join, and a loaded
+# TCG guest can take longer than the sender's own 3 s pause to get there), at most $1 s
+wait_group() {
     local end=$(( $(date +%s) + $1 ))
     while [ "$(date +%s)" -lt "$end" ]; do
-        gsh $G "rdma res show cm_id" 2>/dev/null | grep -q "comm ${2:0:15} " && return 0
+        gsh $G "ip maddr show dev eth0" 2>/dev/null | grep -q "inet  *$2\$" && return 0
         sleep 0.2
     done
     return 1
@@ -246,7 +247,7 @@ run() {
     else
         gsh $G "timeout $CT $gcmd" > "$g" 2>&1 & gpid=$!
         case $uargs in
-            exec:mckey*) wait_cmid 30 mckey; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
+            exec:mckey*) wait_group 30 "$(echo "$uargs" | sed 's/.*-m \([0-9.]*\).*/\1/')"; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             cm:*|exec:*@A*) wait_listen 30 "${gcmd%% *}"; host_cmd $ip $gip > "$u" 2>&1; urc=$? ;;
             *) wait_port g $port 30; host_cmd $ip $GIP > "$u" 2>&1; urc=$? ;;
         esac
