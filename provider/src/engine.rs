@@ -579,6 +579,9 @@ impl Shared {
             McastChange::Leave(group) => {
                 self.leaves.lock().push(group);
                 self.leaves_pending.store(true, Ordering::Release);
+                // The next pass closes the socket (and so leaves the group); a thread
+                // asleep would otherwise only get there at its next packet or timer.
+                self.wake.signal();
                 Ok(())
             }
         }

@@ -298,3 +298,26 @@ fn datagrams_posted_before_the_qp_is_destroyed_still_leave() {
         post_recvs(&rx, 0, 10);
     }
 }
+
+/// The last QP of a device detaching leaves the group on the network at once (its socket
+/// closes: IGMP leave), not at the device's next packet.
+#[test]
+fn the_last_detach_leaves_the_ip_group() {
+    let devs = devices_from("ua=127.26.6.1").unwrap();
+    let ctx = devs[0].open_on(&UdpBackend::default(), 1).unwrap();
+    let q = ud(&ctx, QKEY);
+    // /proc/net/igmp lists a group as its address in host (little-endian) hex.
+    let listed = || {
+        std::fs::read_to_string("/proc/net/igmp")
+            .map(|t| t.contains("01061AEF"))
+            .unwrap_or(false)
+    };
+    if std::fs::read_to_string("/proc/net/igmp").is_err() {
+        eprintln!("the_last_detach_leaves_the_ip_group: no /proc/net/igmp here; not checked");
+        return;
+    }
+    q.qp.attach_mcast(gid("239.26.6.1")).unwrap();
+    wait_until("the join to show in /proc/net/igmp", listed);
+    q.qp.detach_mcast(gid("239.26.6.1")).unwrap();
+    wait_until("the group to leave /proc/net/igmp", || !listed());
+}

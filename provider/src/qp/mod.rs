@@ -863,18 +863,36 @@ impl QueuePair {
     pub fn attach_mcast(&self, gid: crate::device::Gid) -> Result<()> {
         use crate::mcast::McastError;
         if self.qp_type != QpType::Ud {
+            let _g = self.span.enter();
+            tracing::debug!(gid = %std::net::Ipv6Addr::from(gid.0), "multicast attach refused: not a UD QP");
             return Err(McastError::NotUd.into());
         }
+        let refused = |e: McastError| {
+            let _g = self.span.enter();
+            tracing::debug!(error = %e, "multicast attach refused");
+            e
+        };
         let group = crate::mcast::group_of(gid)
-            .ok_or(McastError::NotMulticast(std::net::Ipv6Addr::from(gid.0)))?;
+            .ok_or_else(|| refused(McastError::NotMulticast(std::net::Ipv6Addr::from(gid.0))))?;
         let dev = self.pd.device();
         if group.is_ipv4() != dev.config().addr.is_ipv4() {
-            return Err(McastError::WrongFamily(group).into());
+            return Err(refused(McastError::WrongFamily(group)).into());
         }
         let l = dev.limits();
-        dev.mcast
-            .attach(self.qpn, group, l.max_mcast_grp, l.max_mcast_qp_attach)?;
-        Ok(())
+        let _g = self.span.enter();
+        match dev
+            .mcast
+            .attach(self.qpn, group, l.max_mcast_grp, l.max_mcast_qp_attach)
+        {
+            Ok(()) => {
+                tracing::debug!(%group, "attached to multicast group");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(%group, error = %e, "multicast attach refused");
+                Err(e.into())
+            }
+        }
     }
 
     /// Detaches this QP from the multicast group of `gid` (`ibv_detach_mcast(3)`): no

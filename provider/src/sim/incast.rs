@@ -164,7 +164,7 @@ pub fn run_incast(c: &IncastConfig) -> Result<IncastReport, SimError> {
     );
     let post = |p: &super::RcPair, id: u64| {
         p.a.write(id, 0, 0, c.size)
-            .map_err(|e| SimError::BadLink(format!("post_send refused a WRITE: {e:?}")))
+            .map_err(|e| SimError::RunFailed(format!("post_send refused a WRITE: {e:?}")))
     };
     for p in &pairs {
         for k in 0..c.depth {
@@ -183,8 +183,10 @@ pub fn run_incast(c: &IncastConfig) -> Result<IncastReport, SimError> {
         for (i, p) in pairs.iter().enumerate() {
             while let Some(wc) = p.a.send_cq.poll_one() {
                 if wc.status != crate::wc::WcStatus::Success {
-                    return Err(SimError::BadLink(format!(
-                        "sender {i}: WRITE completed with {:?} (seed {})",
+                    return Err(SimError::RunFailed(format!(
+                        "sender {i}: WRITE completed with {:?} (seed {}): the congestion \
+                         outlasted its retries (retry_cnt 7); with this many senders try \
+                         fewer, a larger port queue or DCQCN on",
                         wc.status, c.seed
                     )));
                 }

@@ -87,4 +87,9 @@ pub enum SimError {
     /// A pair configuration is invalid.
     #[error("invalid RC pair configuration: {0}")]
     BadPair(String),
+    /// A scenario's traffic failed while it ran (not a configuration error): e.g. a WRITE
+    /// of an incast sender ended in `RetryExcErr` because the congestion it met outlasted
+    /// its retries.
+    #[error("the run failed: {0}")]
+    RunFailed(String),
 }
