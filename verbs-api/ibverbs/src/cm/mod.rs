@@ -1477,7 +1477,10 @@ unsafe fn deliver(
         CmEventKind::MulticastJoin | CmEventKind::MulticastError
     ) {
         // librdmacm: a join's event carries the join's `context` as its private data.
-        let group = ev.ud.as_ref().map(|u| canonical_ip(u.ah_attr.dgid.to_ip()));
+        let group = ev
+            .ud
+            .as_ref()
+            .map(|u| u.ah_attr.dgid.to_ip().to_canonical());
         let ctx = o.k.mcast_ctx.lock();
         pdp = ctx
             .iter()
@@ -1991,11 +1994,6 @@ pub unsafe extern "C" fn uroce_rdma_migrate_id(
     })
 }
 
-/// An IP address in the form the Rust id keeps (IPv4-mapped IPv6 as IPv4).
-fn canonical_ip(a: IpAddr) -> IpAddr {
-    a.to_canonical()
-}
-
 /// Joins `addr`'s group on `o` ([`CmId::join_multicast`]), keeping `context` for the
 /// event.
 ///
@@ -2010,7 +2008,7 @@ unsafe fn join(
 ) -> Result<(), Errno> {
     // SAFETY: forwarded.
     let group = unsafe { sockaddr_from_c(addr) }?.ok_or(EINVAL)?;
-    let group = canonical_ip(group.ip());
+    let group = group.ip().to_canonical();
     let id = cm(o)?;
     o.k.mcast_ctx.lock().push((group, context as usize));
     if let Err(e) = id.join_multicast(group, send_only) {
@@ -2107,7 +2105,7 @@ pub unsafe extern "C" fn uroce_rdma_leave_multicast(
         let o = unsafe { id_obj(id) }?;
         // SAFETY: per the contract.
         let group = unsafe { sockaddr_from_c(addr) }?.ok_or(EINVAL)?;
-        let group = canonical_ip(group.ip());
+        let group = group.ip().to_canonical();
         cm(o)?
             .leave_multicast(group)
             .map_err(|e| Errno(e.errno()))?;
