@@ -532,19 +532,48 @@ fn mckey_defaults() {
     if !ready(test, &["mckey"]) {
         return;
     }
-    let p = pair(
-        test,
-        Side {
-            ip: "127.0.134.2",
-            prog: "mckey",
-            args: args(&["-m", "239.0.134.1", "-b", "127.0.134.2", "-C", "10"]),
-        },
-        Side {
-            ip: "127.0.134.1",
-            prog: "mckey",
-            args: args(&["-m", "239.0.134.1", "-b", "127.0.134.1", "-s", "-C", "10"]),
-        },
+    // mckey's receiver drops what arrives before its join, and its sender waits only 3 s
+    // after its own: under load the receiver can take longer. So the sender starts once
+    // the receiver is in the group (/proc/net/igmp lists 239.0.134.1 as 018600EF).
+    let joined = || {
+        std::fs::read_to_string("/proc/net/igmp")
+            .map(|t| t.contains("018600EF"))
+            .unwrap_or(false)
+    };
+    let mut server = exec(
+        "s=127.0.134.2",
+        "mckey",
+        &args(&["-m", "239.0.134.1", "-b", "127.0.134.2", "-C", "10"]),
     );
+    let until = std::time::Instant::now() + RUN_FOR;
+    while !joined() {
+        if std::time::Instant::now() > until || matches!(server.try_wait(), Ok(Some(_))) {
+            panic!("{test}: the receiver never joined:\n{}", kill(server));
+        }
+        std::thread::yield_now();
+    }
+    let client = exec(
+        "c=127.0.134.1",
+        "mckey",
+        &args(&["-m", "239.0.134.1", "-b", "127.0.134.1", "-s", "-C", "10"]),
+    );
+    let ct = match wait_for(client, RUN_FOR) {
+        Ok(c) => text(&c),
+        Err(ct) => panic!(
+            "{test}: the sender still ran after {RUN_FOR:?}:\n{ct}\n--- receiver:\n{}",
+            kill(server)
+        ),
+    };
+    let st = match wait_for(server, RUN_FOR) {
+        Ok(s) => text(&s),
+        Err(st) => {
+            panic!("{test}: the receiver still ran after {RUN_FOR:?}:\n{st}\n--- sender:\n{ct}")
+        }
+    };
+    let p = Pair {
+        server: st,
+        client: ct,
+    };
     for (side, out) in [("receiver", &p.server), ("sender", &p.client)] {
         assert!(
             out.contains("mckey: joined dgid: ::ffff:239.0.134.1")
