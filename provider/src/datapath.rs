@@ -312,7 +312,7 @@ impl Device {
         ecn: Ecn,
     ) {
         let dp = &self.dp;
-        let _span = self.span().enter();
+        let _span = crate::trace::enter_hot(self.span());
         self.tap(TapDirection::Received, src, None, payload);
         let Some(pkt) = self.checked(payload, icrc) else {
             return;
@@ -341,7 +341,7 @@ impl Device {
         icrc: RxIcrc,
     ) {
         let dp = &self.dp;
-        let _span = self.span().enter();
+        let _span = crate::trace::enter_hot(self.span());
         self.tap(TapDirection::Received, src, None, payload);
         let Some(pkt) = self.checked(payload, icrc) else {
             return;

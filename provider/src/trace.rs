@@ -3,9 +3,13 @@
 //! `uroce_verbs::init_logging` installs one from `UROCE_LOG`), and event times are the
 //! subscriber's, so the transport still reads no clock.
 //!
-//! Spans, made on cold paths only (device open, QP creation) and entered by the datapath
-//! entry points of their object. They are at level ERROR, so that whatever level a filter
-//! lets through still carries its device and QP:
+//! Spans, made on cold paths only (device open, QP creation). They are at level ERROR, so
+//! that whatever level a filter lets through still carries its device and QP. The datapath
+//! entry points of their object (a datagram received, a packet built, a timer fired) enter
+//! them only while some filter lets DEBUG or TRACE through ([`enter_hot`]), the levels of
+//! the per-packet events; the WARN and INFO events (error completions, state changes), rare
+//! by nature, enter their QP's span themselves. So a subscriber at INFO or WARN costs the
+//! datapath one load per entry point, not a span entry and exit per packet:
 //!
 //! | span | target | fields |
 //! | --- | --- | --- |
@@ -26,6 +30,19 @@
 
 use crate::counters::Counter;
 use std::fmt;
+use tracing::level_filters::LevelFilter;
+
+/// Enters `span` when the most verbose level any filter lets through is DEBUG or TRACE
+/// (`LevelFilter::current()`: one relaxed load), so that the per-packet events carry it;
+/// otherwise enters nothing.
+#[inline]
+pub(crate) fn enter_hot(span: &tracing::Span) -> Option<tracing::span::Entered<'_>> {
+    if LevelFilter::current() >= LevelFilter::DEBUG {
+        Some(span.enter())
+    } else {
+        None
+    }
+}
 
 /// A QPN (24 bits) displayed as `0x` and six hex digits, as the span field `qpn` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -46,12 +46,10 @@ fn line_with<'a>(log: &'a str, parts: &[&str]) -> &'a str {
         .unwrap_or_else(|| panic!("no log line has all of {parts:?}; the log:\n{log}"))
 }
 
-/// An RDMA WRITE with an R_Key the peer never registered, between two devices over
-/// loopback UDP: the requester logs the NAK it received with its syndrome, the error
-/// completion with its explained cause and the QP's move to ERR, each in the QP's span
-/// (its QPN); the responder logs the NAK it sent.
-#[test]
-fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
+/// An RDMA WRITE with an R_Key the peer never registered, between two devices on loopback
+/// UDP, logged with the filter `filter`: the log, both QPs' `qpn=` fields, the requester's
+/// explained cause and the responder's `peer_qpn=` field as the requester's span shows it.
+fn bad_rkey_write(filter: &str) -> (String, String, String, String, String) {
     let cap = Capture::default();
     let subscriber = tracing_subscriber::fmt()
         .compact()
@@ -59,7 +57,7 @@ fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
             let c = cap.clone();
             move || c.clone()
         })
-        .with_env_filter(tracing_subscriber::EnvFilter::new("uroce=debug"))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
@@ -102,10 +100,20 @@ fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
     assert_eq!((wc.wr_id, wc.status), (7, WcStatus::RemAccessErr), "{wc:?}");
     let cause = a.cq.explain(&wc).expect("a cause").to_string();
 
-    let log = cap.text();
-    eprintln!("{log}");
     let qa = format!("qpn={:#08x}", a.qp.qp_num());
     let qb = format!("qpn={:#08x}", b.qp.qp_num());
+    let peer_qpn = format!("peer_qpn={:#08x}", b.qp.qp_num());
+    (cap.text(), qa, qb, cause, peer_qpn)
+}
+
+/// An RDMA WRITE with an R_Key the peer never registered, between two devices over
+/// loopback UDP: the requester logs the NAK it received with its syndrome, the error
+/// completion with its explained cause and the QP's move to ERR, each in the QP's span
+/// (its QPN); the responder logs the NAK it sent.
+#[test]
+fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
+    let (log, qa, qb, cause, peer_qpn) = bad_rkey_write("uroce=debug");
+    eprintln!("{log}");
     line_with(
         &log,
         &[
@@ -145,14 +153,34 @@ fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
         &["INFO", "QP state changed", "from=RTS", "to=ERR", &qa],
     );
     // The peer's GID and QPN are the span's too.
+    line_with(&log, &["to=ERR", "peer=::ffff:127.27.0.2", &peer_qpn]);
+}
+
+/// With a filter at WARN or INFO the datapath enters no span per packet (see
+/// `uroce_provider::trace`), yet the rare events still carry their device and QP: the error
+/// completion at WARN, the state change to ERR at INFO, and nothing of DEBUG.
+#[test]
+fn at_warn_and_info_the_error_completion_and_err_still_name_their_qp() {
+    let (log, qa, _, cause, _) = bad_rkey_write("uroce=warn");
+    let wc_line = line_with(&log, &["WARN", "error completion", "name=ua", &qa]);
+    assert!(wc_line.contains(&format!("cause={cause}")), "{wc_line}");
+    assert!(!log.contains("QP state changed"), "{log}");
+    assert!(!log.contains("DEBUG"), "{log}");
+
+    let (log, qa, _, _, peer_qpn) = bad_rkey_write("uroce=info");
+    line_with(&log, &["WARN", "error completion", &qa]);
     line_with(
         &log,
         &[
+            "INFO",
+            "QP state changed",
             "to=ERR",
-            "peer=::ffff:127.27.0.2",
-            &format!("peer_qpn={:#08x}", b.qp.qp_num()),
+            &qa,
+            &peer_qpn,
+            "name=ua",
         ],
     );
+    assert!(!log.contains("NAK sent"), "{log}");
 }
 
 /// The child half of [`rust_programs_log_with_uroce_log_and_no_code`]: a program that

@@ -484,6 +484,7 @@ impl QueuePair {
         // Whoever moved it here without saying why did so with modify_qp.
         let reason = *inner.rc.err_reason.get_or_insert(ErrReason::Modified);
         if cur != QpState::Err {
+            let _span = self.span.enter();
             tracing::info!(from = %cur, to = %QpState::Err, %reason, "QP state changed");
         }
         inner.attr.qp_state = QpState::Err;

@@ -176,6 +176,7 @@ impl QueuePair {
         if matches!(cause, ErrorCause::Flushed { .. }) {
             tracing::debug!(wr_id = wc.wr_id, opcode = ?wc.opcode, status = %wc.status, %cause, "completion flushed");
         } else {
+            let _span = self.span.enter();
             tracing::warn!(
                 wr_id = wc.wr_id,
                 opcode = ?wc.opcode,
@@ -291,7 +292,7 @@ impl QueuePair {
         ce: bool,
     ) {
         let dev = self.pd().device();
-        let _span = self.span.enter();
+        let _span = crate::trace::enter_hot(&self.span);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let state = inner.attr.qp_state;
@@ -606,7 +607,7 @@ impl QueuePair {
     /// Writes this QP's next packet into `buf`; the flag says whether more may follow.
     /// Responses (ACKs, READ responses) go before new requests.
     pub(crate) fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> (Option<Transmit>, bool) {
-        let _span = self.span.enter();
+        let _span = crate::trace::enter_hot(&self.span);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let a = inner.attr;
@@ -788,7 +789,7 @@ impl QueuePair {
 
     /// Fires the QP's timers due at `now`.
     pub(crate) fn handle_timeout(&self, now: Instant) {
-        let _span = self.span.enter();
+        let _span = crate::trace::enter_hot(&self.span);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
         let mut tally = Counters::default();
