@@ -81,6 +81,14 @@ bitflags! {
     }
 }
 
+impl From<u32> for AccessFlags {
+    /// The bits as `ibv_reg_mr` takes them, unknown ones kept (so that registration refuses
+    /// them rather than dropping them).
+    fn from(bits: u32) -> AccessFlags {
+        AccessFlags::from_bits_retain(bits)
+    }
+}
+
 impl AccessFlags {
     /// Checks flags as `ibv_reg_mr(3)` does: REMOTE_WRITE and REMOTE_ATOMIC require
     /// LOCAL_WRITE (IBTA §10.6.3.1; the man page: "If REMOTE_WRITE or

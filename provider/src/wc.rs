@@ -199,7 +199,10 @@ pub struct WorkCompletion {
     /// Bytes transferred (receives, READs, atomics: 8).
     pub byte_len: u32,
     /// Immediate data in host order when `wc_flags` has `WITH_IMM`; the invalidated
-    /// R_Key when it has `WITH_INV` (the union of `ibv_wc`).
+    /// R_Key when it has `WITH_INV` (the union of `ibv_wc`). Porting C: libibverbs'
+    /// `ibv_wc.imm_data` is `__be32`, in network order (C code calls `ntohl` on it), so
+    /// the same value here is `ntohl(wc.imm_data)`; the C ABI converts both ways, and the
+    /// invalidated R_Key is in host order in both.
     pub imm_data: u32,
     /// The local QP number.
     pub qp_num: u32,

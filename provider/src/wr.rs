@@ -71,7 +71,8 @@ pub enum FlushLevel {
 pub enum SendOp {
     /// `IBV_WR_SEND` = 2.
     Send,
-    /// `IBV_WR_SEND_WITH_IMM` = 3, with 32 bits of immediate data (host order).
+    /// `IBV_WR_SEND_WITH_IMM` = 3, with 32 bits of immediate data in host order (C's
+    /// `ibv_send_wr.imm_data` is `__be32`: `imm` is `ntohl` of it; the C ABI converts).
     SendWithImm {
         /// Immediate data.
         imm: u32,

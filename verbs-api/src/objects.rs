@@ -2,8 +2,8 @@
 
 use crate::eventfd::EventFd;
 use crate::{
-    AhAttr, AsyncEvent, DeviceConfig, DeviceLimits, ErrorCause, Gid, PortAttr, QpAttr, QpAttrMask,
-    QpCap, QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
+    AccessFlags, AhAttr, AsyncEvent, DeviceConfig, DeviceLimits, ErrorCause, Gid, PortAttr, QpAttr,
+    QpAttrMask, QpCap, QpType, Result, SrqAttr, SrqAttrMask, VerbsError, WorkCompletion,
 };
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -410,19 +410,21 @@ pub struct Pd {
 
 impl Pd {
     /// Registers `len` zeroed bytes owned by the region (`ibv_reg_mr(3)`). `access` is
-    /// a set of [`crate::AccessFlags`] bits; REMOTE_WRITE and REMOTE_ATOMIC need
-    /// LOCAL_WRITE (`ibv_reg_mr(3)`).
-    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr> {
+    /// a set of [`crate::AccessFlags`] (or their `u32` bits, as `ibv_reg_mr` takes them);
+    /// REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE, and bits no flag names are refused
+    /// (`InvalidAccess`, as `ibv_reg_mr(3)`'s EINVAL).
+    pub fn alloc_mr(&self, len: usize, access: impl Into<AccessFlags>) -> Result<Mr> {
         Ok(Mr {
-            inner: p::mr::MemoryRegion::alloc(&self.inner, len, access)?,
+            inner: p::mr::MemoryRegion::alloc(&self.inner, len, access.into().bits())?,
         })
     }
 
     /// Registers the caller's bytes (`ibv_reg_mr(3)`): the region takes them (into its
-    /// 8-byte aligned storage); [`Mr::dereg`] gives them back.
-    pub fn reg_mr(&self, bytes: Vec<u8>, access: u32) -> Result<Mr> {
+    /// 8-byte aligned storage); [`Mr::dereg`] gives them back. `access` as
+    /// [`Pd::alloc_mr`]'s.
+    pub fn reg_mr(&self, bytes: Vec<u8>, access: impl Into<AccessFlags>) -> Result<Mr> {
         Ok(Mr {
-            inner: p::mr::MemoryRegion::from_bytes(&self.inner, &bytes, access)?,
+            inner: p::mr::MemoryRegion::from_bytes(&self.inner, &bytes, access.into().bits())?,
         })
     }
 
@@ -434,7 +436,13 @@ impl Pd {
     /// reads and writes, and be accessed by others only in ways that do not race with
     /// atomic accesses, until [`Mr::dereg`] returns (or the region and every clone of it
     /// are dropped); after that uroce never touches it again and the caller may free it.
-    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, len: usize, access: u32) -> Result<Mr> {
+    pub unsafe fn reg_mr_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: impl Into<AccessFlags>,
+    ) -> Result<Mr> {
+        let access = access.into().bits();
         // SAFETY: forwarded to the caller.
         Ok(Mr {
             inner: unsafe { p::mr::MemoryRegion::register_raw(&self.inner, ptr, len, access)? },

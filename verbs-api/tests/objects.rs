@@ -973,3 +973,36 @@ fn sends_in_rtr_are_refused_and_sqd_queues_them() {
         "SQD queues sends without completing them"
     );
 }
+
+/// `reg_mr` and `alloc_mr` take [`AccessFlags`] as well as the `u32` bits `ibv_reg_mr`
+/// takes; bits no flag names are refused either way.
+#[test]
+fn regions_take_access_flags_or_their_bits() {
+    let ctx = ctx();
+    let pd = ctx.alloc_pd().unwrap();
+    let typed = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ);
+    assert!(typed.is_ok(), "{typed:?}");
+    assert!(pd.reg_mr(vec![7; 64], 1 | 4).is_ok());
+    let unknown = pd.alloc_mr(64, AccessFlags::from_bits_retain(1 << 30));
+    assert!(
+        matches!(
+            unknown,
+            Err(VerbsError::InvalidAccess {
+                flags: 0x4000_0000,
+                ..
+            })
+        ),
+        "{unknown:?}"
+    );
+    let unknown = pd.alloc_mr(64, 1u32 << 30);
+    assert!(
+        matches!(
+            unknown,
+            Err(VerbsError::InvalidAccess {
+                flags: 0x4000_0000,
+                ..
+            })
+        ),
+        "{unknown:?}"
+    );
+}
