@@ -839,7 +839,10 @@ fn run_c_program(test: &str, name: &str, devices: &str) -> Option<String> {
         );
         return None;
     }
-    let src = format!("{}/ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let src = format!(
+        "{}/../verbs-api/ibverbs/tests/c/{name}.c",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let exe = std::env::temp_dir().join(format!("uroce-{name}-{}", std::process::id()));
     let cc = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])

@@ -6,6 +6,7 @@
 //! run reaches it. Addresses: 127.27.x.y. No sleeps: completions are polled with a bound,
 //! child processes are waited for with a deadline.
 
+#[path = "../../verbs-api/tests/udp_support/mod.rs"]
 mod udp_support;
 
 #[path = "../../tests/support/skip.rs"]
