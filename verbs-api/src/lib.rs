@@ -131,6 +131,12 @@
 //! device list is read and when a device opens). What is logged at which level:
 //! `uroce_provider::trace`.
 //!
+//! ## Seen from outside: `uroce stat`
+//!
+//! A process that opened a device serves a read-only snapshot of its devices, counters
+//! and QPs on the abstract Unix socket `@uroce/PID`, to its own user only, from one idle
+//! thread; `uroce stat` reads it. `UROCE_CONTROL=0` turns it off. See [`control`].
+//!
 //! ## Randomness
 //!
 //! R_Keys, L_Keys and QP numbers are unpredictable: a context draws a seed from the
@@ -141,6 +147,7 @@
 #[cfg(feature = "tokio")]
 pub mod aio;
 pub mod connect;
+pub mod control;
 mod eventfd;
 mod logging;
 mod objects;
