@@ -104,25 +104,10 @@ pub struct Faults {
 /// Unknown opcodes (reserved in IBTA §9.2.1 table 38) are built as BTH, payload, ICRC.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PacketBuilder {
-    /// The BTH (IBTA §9.2); `pad_count` is recomputed from the payload when built, unless
-    /// [`Faults::pad_count`] overrides it.
-    pub bth: BthRepr,
-    /// DETH (§9.3.3).
-    pub deth: Option<DethRepr>,
-    /// RETH (§9.3.2).
-    pub reth: Option<RethRepr>,
-    /// FETH (IBTA 1.5 memory placement extensions).
-    pub feth: Option<FethRepr>,
-    /// AtomicETH (§9.3.4).
-    pub atomic_eth: Option<AtomicEthRepr>,
-    /// AETH (§9.3.5).
-    pub aeth: Option<AethRepr>,
-    /// AtomicAckETH (§9.3.6).
-    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
-    /// ImmDt (§9.3.7).
-    pub immdt: Option<ImmDtRepr>,
-    /// IETH (§9.3.8).
-    pub ieth: Option<IethRepr>,
+    /// The headers (IBTA §9.2, §9.3). `bth.pad_count` and `payload_len` are recomputed
+    /// from [`PacketBuilder::payload`] when built, unless [`Faults::pad_count`] overrides
+    /// the pad; `cnp_reserved` is set for a CNP.
+    pub repr: RoceRepr,
     /// The payload bytes, pad excluded.
     pub payload: Vec<u8>,
     /// Deliberate faults.
@@ -133,33 +118,29 @@ impl PacketBuilder {
     /// A builder for `opcode` with the headers the opcode table gives it, all zero.
     pub fn new(opcode: Opcode) -> PacketBuilder {
         let mut b = PacketBuilder {
-            bth: BthRepr {
-                opcode,
-                p_key: 0xFFFF,
-                ..BthRepr::default()
+            repr: RoceRepr {
+                bth: BthRepr {
+                    opcode,
+                    p_key: 0xFFFF,
+                    ..BthRepr::default()
+                },
+                ..RoceRepr::default()
             },
-            deth: None,
-            reth: None,
-            feth: None,
-            atomic_eth: None,
-            aeth: None,
-            atomic_ack_eth: None,
-            immdt: None,
-            ieth: None,
             payload: Vec::new(),
             faults: Faults::default(),
         };
+        let r = &mut b.repr;
         if let Some(info) = opcode.info() {
             for h in info.headers {
                 match h {
-                    ExtHeader::Deth => b.deth = Some(DethRepr::default()),
-                    ExtHeader::Reth => b.reth = Some(RethRepr::default()),
-                    ExtHeader::Feth => b.feth = Some(FethRepr::default()),
-                    ExtHeader::AtomicEth => b.atomic_eth = Some(AtomicEthRepr::default()),
-                    ExtHeader::Aeth => b.aeth = Some(AethRepr::default()),
-                    ExtHeader::AtomicAckEth => b.atomic_ack_eth = Some(AtomicAckEthRepr::default()),
-                    ExtHeader::ImmDt => b.immdt = Some(ImmDtRepr::default()),
-                    ExtHeader::Ieth => b.ieth = Some(IethRepr::default()),
+                    ExtHeader::Deth => r.deth = Some(DethRepr::default()),
+                    ExtHeader::Reth => r.reth = Some(RethRepr::default()),
+                    ExtHeader::Feth => r.feth = Some(FethRepr::default()),
+                    ExtHeader::AtomicEth => r.atomic_eth = Some(AtomicEthRepr::default()),
+                    ExtHeader::Aeth => r.aeth = Some(AethRepr::default()),
+                    ExtHeader::AtomicAckEth => r.atomic_ack_eth = Some(AtomicAckEthRepr::default()),
+                    ExtHeader::ImmDt => r.immdt = Some(ImmDtRepr::default()),
+                    ExtHeader::Ieth => r.ieth = Some(IethRepr::default()),
                     ExtHeader::CnpReserved => {}
                 }
             }
@@ -169,38 +150,38 @@ impl PacketBuilder {
 
     /// BTH PSN (§9.2.9), 24 bits (higher bits dropped).
     pub fn psn(mut self, psn: u32) -> Self {
-        self.bth.psn = Psn::new(psn & 0xFF_FFFF);
+        self.repr.bth.psn = Psn::new(psn & 0xFF_FFFF);
         self
     }
 
     /// BTH destination QPN (§9.2.7), 24 bits.
     pub fn dest_qpn(mut self, qpn: u32) -> Self {
-        self.bth.dest_qpn = qpn & 0xFF_FFFF;
+        self.repr.bth.dest_qpn = qpn & 0xFF_FFFF;
         self
     }
 
     /// BTH AckReq (§9.2.8).
     pub fn ack_req(mut self, on: bool) -> Self {
-        self.bth.ack_req = on;
+        self.repr.bth.ack_req = on;
         self
     }
 
     /// BTH Solicited Event (§9.2.2).
     pub fn solicited(mut self, on: bool) -> Self {
-        self.bth.solicited = on;
+        self.repr.bth.solicited = on;
         self
     }
 
     /// BTH P_Key (§9.2.6).
     pub fn p_key(mut self, p_key: u16) -> Self {
-        self.bth.p_key = p_key;
+        self.repr.bth.p_key = p_key;
         self
     }
 
     /// BTH FECN and BECN (annex A17.9).
     pub fn ecn_bits(mut self, fecn: bool, becn: bool) -> Self {
-        self.bth.fecn = fecn;
-        self.bth.becn = becn;
+        self.repr.bth.fecn = fecn;
+        self.repr.bth.becn = becn;
         self
     }
 
@@ -218,13 +199,13 @@ impl PacketBuilder {
 
     /// RETH (§9.3.2): virtual address, R_Key, DMA length in bytes.
     pub fn reth(mut self, va: u64, r_key: u32, dma_len: u32) -> Self {
-        self.reth = Some(RethRepr { va, r_key, dma_len });
+        self.repr.reth = Some(RethRepr { va, r_key, dma_len });
         self
     }
 
     /// AETH (§9.3.5): syndrome and MSN (24 bits).
     pub fn aeth(mut self, syndrome: AethSyndrome, msn: u32) -> Self {
-        self.aeth = Some(AethRepr {
+        self.repr.aeth = Some(AethRepr {
             syndrome,
             msn: msn & 0xFF_FFFF,
         });
@@ -253,7 +234,7 @@ impl PacketBuilder {
 
     /// AtomicETH (§9.3.4): virtual address, R_Key, swap (or add) data, compare data.
     pub fn atomic(mut self, va: u64, r_key: u32, swap_add: u64, compare: u64) -> Self {
-        self.atomic_eth = Some(AtomicEthRepr {
+        self.repr.atomic_eth = Some(AtomicEthRepr {
             va,
             r_key,
             swap_add_data: swap_add,
@@ -264,7 +245,7 @@ impl PacketBuilder {
 
     /// AtomicAckETH (§9.3.6): the original remote data.
     pub fn atomic_ack(mut self, orig: u64) -> Self {
-        self.atomic_ack_eth = Some(AtomicAckEthRepr {
+        self.repr.atomic_ack_eth = Some(AtomicAckEthRepr {
             orig_remote_data: orig,
         });
         self
@@ -272,19 +253,19 @@ impl PacketBuilder {
 
     /// ImmDt (§9.3.7).
     pub fn imm(mut self, imm: u32) -> Self {
-        self.immdt = Some(ImmDtRepr { imm_data: imm });
+        self.repr.immdt = Some(ImmDtRepr { imm_data: imm });
         self
     }
 
     /// IETH (§9.3.8): the R_Key to invalidate.
     pub fn ieth(mut self, r_key: u32) -> Self {
-        self.ieth = Some(IethRepr { r_key });
+        self.repr.ieth = Some(IethRepr { r_key });
         self
     }
 
     /// DETH (§9.3.3): Q_Key and source QPN (24 bits).
     pub fn deth(mut self, q_key: u32, src_qpn: u32) -> Self {
-        self.deth = Some(DethRepr {
+        self.repr.deth = Some(DethRepr {
             q_key,
             reserved: 0,
             src_qpn: src_qpn & 0xFF_FFFF,
@@ -322,23 +303,17 @@ impl PacketBuilder {
         self
     }
 
-    /// The well-formed packet's Repr (PadCnt from the payload).
+    /// The well-formed packet's Repr (PadCnt and payload length from the payload).
     pub fn repr(&self) -> RoceRepr {
+        let op = self.repr.bth.opcode;
         RoceRepr {
             bth: BthRepr {
                 pad_count: pad_len(self.payload.len()),
-                ..self.bth
+                ..self.repr.bth
             },
-            deth: self.deth,
-            reth: self.reth,
-            feth: self.feth,
-            atomic_eth: self.atomic_eth,
-            aeth: self.aeth,
-            atomic_ack_eth: self.atomic_ack_eth,
-            immdt: self.immdt,
-            ieth: self.ieth,
-            cnp_reserved: (self.bth.opcode == Opcode::CNP).then_some([0; 16]),
+            cnp_reserved: (op == Opcode::CNP).then_some([0; 16]),
             payload_len: self.payload.len(),
+            ..self.repr
         }
     }
 
@@ -374,20 +349,38 @@ impl PacketBuilder {
             let mut b = vec![0u8; h.wire_len()];
             let v = &mut b[..];
             let present = match h {
-                ExtHeader::Deth => self.deth.map(|r| r.emit(&mut DethPacket::new_unchecked(v))),
-                ExtHeader::Reth => self.reth.map(|r| r.emit(&mut RethPacket::new_unchecked(v))),
-                ExtHeader::Feth => self.feth.map(|r| r.emit(&mut FethPacket::new_unchecked(v))),
+                ExtHeader::Deth => self
+                    .repr
+                    .deth
+                    .map(|r| r.emit(&mut DethPacket::new_unchecked(v))),
+                ExtHeader::Reth => self
+                    .repr
+                    .reth
+                    .map(|r| r.emit(&mut RethPacket::new_unchecked(v))),
+                ExtHeader::Feth => self
+                    .repr
+                    .feth
+                    .map(|r| r.emit(&mut FethPacket::new_unchecked(v))),
                 ExtHeader::AtomicEth => self
+                    .repr
                     .atomic_eth
                     .map(|r| r.emit(&mut AtomicEthPacket::new_unchecked(v))),
-                ExtHeader::Aeth => self.aeth.map(|r| r.emit(&mut AethPacket::new_unchecked(v))),
+                ExtHeader::Aeth => self
+                    .repr
+                    .aeth
+                    .map(|r| r.emit(&mut AethPacket::new_unchecked(v))),
                 ExtHeader::AtomicAckEth => self
+                    .repr
                     .atomic_ack_eth
                     .map(|r| r.emit(&mut AtomicAckEthPacket::new_unchecked(v))),
                 ExtHeader::ImmDt => self
+                    .repr
                     .immdt
                     .map(|r| r.emit(&mut ImmDtPacket::new_unchecked(v))),
-                ExtHeader::Ieth => self.ieth.map(|r| r.emit(&mut IethPacket::new_unchecked(v))),
+                ExtHeader::Ieth => self
+                    .repr
+                    .ieth
+                    .map(|r| r.emit(&mut IethPacket::new_unchecked(v))),
                 ExtHeader::CnpReserved => None,
             };
             if present.is_some() {
