@@ -230,6 +230,12 @@ impl QueuePair {
         self.inner.lock().attr.qp_state
     }
 
+    /// Takes this QP's queued asynchronous events (IBTA §11.6.3), oldest first, from its
+    /// device's queue ([`crate::event::EventQueue::take_qp`]); other QPs' events stay.
+    pub fn take_events(&self) -> Vec<crate::event::AsyncEvent> {
+        self.pd().device().events().take_qp(self.qpn())
+    }
+
     /// All current attributes (`ibv_query_qp(3)`).
     pub fn query(&self) -> QpAttr {
         let a = self.inner.lock().attr;
