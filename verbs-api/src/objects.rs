@@ -369,16 +369,27 @@ impl Context {
         }
     }
 
-    /// Takes the next asynchronous event if there is one, without blocking.
+    /// Takes the next asynchronous event if there is one, without blocking. Taking the
+    /// last one makes [`Context::async_fd`] unreadable again.
     pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
-        if let Some(ev) = self.inner.dev.events().pop() {
+        let events = self.inner.dev.events();
+        if let Some(ev) = events.pop() {
+            if events.is_empty() {
+                // As the kernel's async fd: readable only while events wait (a program
+                // that polls the fd before each ibv_get_async_event would block in it).
+                // An event queued between the check and the clear signals again here.
+                self.inner.async_fd.clear();
+                if !events.is_empty() {
+                    self.inner.async_fd.signal();
+                }
+            }
             return Some(ev);
         }
         self.inner.async_fd.clear();
-        self.inner.dev.events().pop()
+        events.pop()
     }
 
-    /// A descriptor that is readable while asynchronous events may be waiting
+    /// A descriptor that is readable while asynchronous events wait
     /// (`ibv_context::async_fd`), for poll/epoll. Valid while the context lives.
     pub fn async_fd(&self) -> RawFd {
         self.inner.async_fd.fd()
