@@ -170,11 +170,12 @@ pub use uroce_provider::mcast::{McastError, MULTICAST_QPN};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::mw::{BindError, InvalidateError, MwType};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
+pub use uroce_provider::recv_buf::{PostBufError, RecvBuf, RecvPool, BUF_ALIGN};
 /// The simulated fabric as a backend (open devices with [`Device::open_on`]; polling a
 /// CQ drives the fabric's virtual clock).
 pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
 pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
-pub use uroce_provider::transport::ud::grh_source;
+pub use uroce_provider::transport::ud::{grh_source, GRH_LEN};
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use uroce_provider::wr::{
     BadWr, FlushLevel, FlushType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError,

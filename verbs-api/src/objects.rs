@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use uroce_provider as p;
 use uroce_provider::backend::{Backend, Driver};
 use uroce_provider::mw::MwType;
+use uroce_provider::recv_buf::{PostBufError, RecvBuf, RecvPool};
 use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, UdDest};
 
 /// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES` (when
@@ -461,6 +462,18 @@ impl Pd {
         })
     }
 
+    /// Registers a pool of `count` receive buffers of `buf_size` bytes, read in place
+    /// (zero-copy receive; see [`RecvPool`] and `uroce_provider::recv_buf`): one region,
+    /// LOCAL_WRITE only, that no SGE, peer or window can name. Take buffers with
+    /// [`RecvPool::take`], post them with [`Qp::post_recv_buf`] or [`Srq::post_recv_buf`],
+    /// get them back with their completions from [`Cq::poll_bufs`].
+    ///
+    /// Errors: `count` or `buf_size` 0 ([`VerbsError::Zero`]), more than `max_mr_size`
+    /// bytes in all ([`VerbsError::AboveLimit`]), no region left ([`VerbsError::Exhausted`]).
+    pub fn create_recv_pool(&self, count: u32, buf_size: u32) -> Result<RecvPool> {
+        RecvPool::create(&self.inner, count, buf_size)
+    }
+
     /// Allocates a memory window of type `ty` on this PD (`ibv_alloc_mw(3)`; IBTA vol. 1
     /// §10.6.7), not bound. Type 1 binds with [`Qp::bind_mw`], type 2 with a bind WR
     /// ([`Mw::bind_wr`]) posted on an RC or UC QP of this PD. Errors:
@@ -742,9 +755,28 @@ impl Cq {
     }
 
     /// The oldest completion, if any (makes progress first on a polled-mode device).
+    /// The pool buffer of a receive posted with [`Qp::post_recv_buf`] goes back to its pool
+    /// ([`Cq::poll_bufs`] hands it out instead).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         progress(&self.inner.driver);
         self.inner.cq.poll_one()
+    }
+
+    /// Appends up to `max` completions, oldest first, to `out`, each with the pool buffer
+    /// of its receive if it was posted with [`Qp::post_recv_buf`] (`None` otherwise);
+    /// returns how many. The buffer derefs to exactly the bytes received, read in place
+    /// (`byte_len` of them for a SEND; empty for an error or an RDMA WRITE with
+    /// immediate). Reuse `out` (clear it) and nothing is allocated. Makes progress first
+    /// on a polled-mode device, as [`Cq::poll`].
+    pub fn poll_bufs(&self, out: &mut Vec<(WorkCompletion, Option<RecvBuf>)>, max: usize) -> usize {
+        progress(&self.inner.driver);
+        self.inner.cq.poll_bufs(out, max)
+    }
+
+    /// The oldest completion with its pool buffer, as [`Cq::poll_bufs`] for one.
+    pub fn poll_one_buf(&self) -> Option<(WorkCompletion, Option<RecvBuf>)> {
+        progress(&self.inner.driver);
+        self.inner.cq.poll_one_buf()
     }
 
     /// Why the error completion `wc`, polled from this CQ, failed: which check, with what
@@ -1016,6 +1048,18 @@ impl Qp {
     /// Posts a chain of receive WRs (`ibv_post_recv(3)`); see [`BadWr`].
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
         self.inner.post_recv(wrs)
+    }
+
+    /// Posts the pool buffer `buf` (of [`Pd::create_recv_pool`]) as a receive WR with
+    /// `wr_id`: the buffer is the device's until the WR completes, and [`Cq::poll_bufs`]
+    /// hands it back with the completion, holding the message (the GRH and the datagram
+    /// on UD). A QP in ERR completes it at once with `WR_FLUSH_ERR`, the buffer with it.
+    ///
+    /// Errors, giving the buffer back ([`PostBufError::buf`]): a QP in RESET or with an
+    /// SRQ, a full receive queue, a pool of another PD (`WrError::Sge` with
+    /// `AccessFault::PdMismatch`).
+    pub fn post_recv_buf(&self, buf: RecvBuf, wr_id: u64) -> Result<(), PostBufError> {
+        self.inner.post_recv_buf(buf, wr_id)
     }
 
     /// Binds the type 1 window `mw` (`ibv_bind_mw(3)`): posts a bind WR on this QP (RC or
@@ -1333,6 +1377,13 @@ impl Srq {
     /// Posts receive WRs (`ibv_post_srq_recv(3)`).
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
         self.inner.post_recv(wrs)
+    }
+
+    /// Posts the pool buffer `buf` as a receive WR with `wr_id`, as [`Qp::post_recv_buf`]:
+    /// the completion of whichever QP takes it hands it back. Errors, giving the buffer
+    /// back: a full SRQ, a pool of another PD.
+    pub fn post_recv_buf(&self, buf: RecvBuf, wr_id: u64) -> Result<(), PostBufError> {
+        self.inner.post_recv_buf(buf, wr_id)
     }
 
     /// Destroys it (`ibv_destroy_srq(3)`): refused with `Busy` while a QP uses it.
