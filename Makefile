@@ -12,6 +12,8 @@
 #   make lab-bench    uroce against rxe in the lab's guests, side by side (root; figures only)
 #   make lab-interop  interop matrix against Linux rxe in ../shared/rxe-lab (root; brings the
 #                     lab up and down; ~5-20 min; not part of `make test`)
+#   make lab-conform  the conformance scenarios against rxe in a lab guest, via the agent
+#                     (root; a table per address family; not part of `make test`)
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -25,7 +27,7 @@ FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.
 FUZZ_ENV = RUSTC_BOOTSTRAP=1
 FUZZ_FLAGS = --sanitizer none --release --debug-assertions
 
-.PHONY: all build cabi cabi-release bench-cabi test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench demo clean
+.PHONY: all build cabi cabi-release bench-cabi test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench lab-conform demo clean
 
 all: build
 
@@ -134,6 +136,13 @@ lab-interop: cabi-release
 # then two with rxe; RUNS rounds): a table of medians and ranges, never asserted.
 lab-bench: cabi-release
 	bash tests/lab/bench.sh
+
+# uroce's conformance scenarios against Linux rxe in a lab guest, through the conformance
+# agent: a table per address family of PASS / FAIL (the rule rxe breaks) / N/A
+# (tests/lab/conform.sh; root; not part of `make test`).
+lab-conform:
+	$(CARGO) build --release -p uroce-conform
+	bash tests/lab/conform.sh
 
 clean:
 	$(CARGO) clean

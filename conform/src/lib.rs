@@ -26,7 +26,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod names;
+pub mod remote;
 pub mod runner;
 pub mod scenario;
 pub mod sim;
@@ -54,10 +56,14 @@ pub fn scenario_files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 /// One line of the report table: name, PASS/FAIL, and for a failure the rule and the
-/// first mismatch.
+/// first mismatch; assertions the target could not answer follow as `N/A`.
 pub fn report_line(o: &Outcome) -> String {
+    let na = match o.unanswered.as_slice() {
+        [] => String::new(),
+        v => format!("  (N/A: {})", v.join(", ")),
+    };
     match &o.result {
-        Ok(()) => format!("{:<52} PASS", o.name),
-        Err(f) => format!("{:<52} FAIL  {}\n{:<58}rule: {}", o.name, f, "", o.rule),
+        Ok(()) => format!("{:<52} PASS{na}", o.name),
+        Err(f) => format!("{:<52} FAIL  {}{na}\n{:<58}rule: {}", o.name, f, "", o.rule),
     }
 }

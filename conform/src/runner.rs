@@ -50,6 +50,9 @@ pub struct Outcome {
     pub target: String,
     /// `Ok`, or the first failure.
     pub result: Result<(), Failure>,
+    /// Assertions the target could not answer, skipped (N/A, not failures): `step 4:
+    /// counter icrc_drops`.
+    pub unanswered: Vec<String>,
 }
 
 impl Outcome {
@@ -103,6 +106,9 @@ struct Run<'a> {
     mrs: BTreeMap<String, Mr>,
     /// Packets received and not yet matched (kept by `expect_none`).
     pending: VecDeque<ReceivedPacket>,
+    /// The current step (1-based) and the assertions skipped as N/A.
+    at: usize,
+    unanswered: Vec<String>,
 }
 
 type StepResult = Result<(), String>;
@@ -120,12 +126,15 @@ pub fn run(s: &Scenario, t: &mut dyn Target) -> Outcome {
         qpn: 0,
         mrs: BTreeMap::new(),
         pending: VecDeque::new(),
+        at: 0,
+        unanswered: Vec::new(),
     };
     let result = r
         .setup()
         .map_err(|what| Failure { step: 0, what })
         .and_then(|()| {
             for (i, st) in s.steps.iter().enumerate() {
+                r.at = i + 1;
                 r.step(st).map_err(|what| Failure { step: i + 1, what })?;
             }
             Ok(())
@@ -135,6 +144,7 @@ pub fn run(s: &Scenario, t: &mut dyn Target) -> Outcome {
         rule: s.rule.clone(),
         target,
         result,
+        unanswered: r.unanswered,
     }
 }
 
@@ -243,7 +253,7 @@ impl Run<'_> {
             Step::ExpectNone(t) => self.expect_none(t),
             Step::ExpectWc(w) => {
                 let cq = cq_kind(&w.cq)?;
-                let within = duration_or_default(w.within.as_deref())?;
+                let within = duration_or_default(w.within.as_deref())? + self.t.wire().slack();
                 let Some(wc) = self.t.poll_cq(cq, within).map_err(te)? else {
                     return Err(format!(
                         "no completion on the {} CQ within {within:?}",
@@ -313,11 +323,20 @@ impl Run<'_> {
                 }
             }
             Step::Counter(c) => {
-                let got = self
-                    .t
-                    .counter(&c.name)
-                    .map_err(te)?
-                    .ok_or(format!("the target has no counter {:?}", c.name))?;
+                let got = self.t.counter(&c.name).map_err(te)?;
+                let known = uroce_provider::Counter::ALL
+                    .iter()
+                    .any(|k| k.name() == c.name);
+                let got = match got {
+                    Some(v) => v,
+                    // A counter of uroce's the target does not have: not answerable.
+                    None if known => {
+                        self.unanswered
+                            .push(format!("step {}: counter {}", self.at, c.name));
+                        return Ok(());
+                    }
+                    None => return Err(format!("no counter named {:?}", c.name)),
+                };
                 match (c.eq, c.at_least) {
                     (Some(w), _) if got != w => {
                         Err(format!("counter {}: want {w} got {got}", c.name))
@@ -474,13 +493,18 @@ impl Run<'_> {
         Ok(self.t.wire().elapsed() + within)
     }
 
+    /// An expectation's deadline: [`Run::deadline`] plus the target's slack.
+    fn late_deadline(&mut self, t: &toml::Table) -> Result<Duration, String> {
+        Ok(self.deadline(t)? + self.t.wire().slack())
+    }
+
     fn expect(&mut self, t: &toml::Table) -> StepResult {
         let pat = pattern(t)?;
         let skip = t
             .get("skip_others")
             .and_then(|v| v.as_bool())
             .unwrap_or(false);
-        let deadline = self.deadline(t)?;
+        let deadline = self.late_deadline(t)?;
         let mut skipped = Vec::new();
         loop {
             let Some(p) = self.next_packet(deadline)? else {

@@ -2,7 +2,8 @@
 //! client ([`agent`]), where the rxe reference captures are, how to read them, and a
 //! builder of sample frames for every opcode.
 
-pub mod agent;
+/// The conformance agent's client, which lives in the `uroce-conform` crate.
+pub use uroce_conform::agent;
 pub mod sim;
 
 use std::net::{Ipv4Addr, Ipv6Addr};

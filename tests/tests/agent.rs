@@ -11,15 +11,16 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 #[path = "../support/skip.rs"]
 mod skip;
+#[path = "../support/uroce_agent.rs"]
+mod uroce_agent;
 
 use uroce_tests::agent::{
-    build_agent, wc_status, Access, AgentClient, AgentError, AgentProcess, CreateQp, Destroy,
-    ModifyQp, OpenArgs, PostSend, QpState, QpType, SendOp, Sge, PROTO,
+    wc_status, Access, AgentClient, AgentError, AgentProcess, CreateQp, Destroy, ModifyQp,
+    OpenArgs, PostSend, QpState, QpType, SendOp, Sge, PROTO,
 };
 use uroce_verbs::connect::{create_rc_qp, to_rts, PeerInfo, RcOptions};
 use uroce_verbs::{
@@ -33,60 +34,11 @@ use uroce_wire::{
 /// Longest wait for any one reply or completion.
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The agent built once for this test binary, or why it cannot be.
-fn agent_bin() -> &'static Result<PathBuf, String> {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("conform-agent");
-        match build_agent(&out) {
-            Ok(p) => Ok(p),
-            Err(e @ uroce_tests::agent::BuildError::Compile(_)) => {
-                panic!("agent.c does not build: {e}")
-            }
-            Err(e) => Err(e.to_string()),
-        }
-    })
-}
-
-/// uroce's `libibverbs.so.1` directory: `uroce-lib/` of this profile's target directory.
-fn uroce_lib_dir() -> PathBuf {
-    std::env::current_exe()
-        .expect("test binary path")
-        .parent() // deps/
-        .and_then(|p| p.parent()) // debug/
-        .expect("the test binary lies in <target>/<profile>/deps")
-        .join("uroce-lib")
-}
-
 /// The agent on a uroce device at `agent_ip` and a client connected to it, or `None`
 /// (the test is skipped) when the machine lacks what it needs.
 fn start(test: &str, agent_ip: Ipv4Addr) -> Option<(AgentProcess, AgentClient)> {
-    let bin = match agent_bin() {
-        Ok(b) => b,
-        Err(why) => {
-            skip::skipped(test, why);
-            return None;
-        }
-    };
-    let lib = uroce_lib_dir();
-    if !lib.join("libibverbs.so.1").is_file() {
-        assert!(
-            std::env::var_os("UROCE_REQUIRE_CABI").is_none(),
-            "{}/libibverbs.so.1 is not built: run `make cabi`",
-            lib.display()
-        );
-        skip::skipped(
-            test,
-            &format!("{}/libibverbs.so.1 not built (make cabi)", lib.display()),
-        );
-        return None;
-    }
-    let devices = format!("agent0={agent_ip}");
-    let env: [(&str, &std::ffi::OsStr); 2] = [
-        ("LD_LIBRARY_PATH", lib.as_os_str()),
-        ("UROCE_DEVICES", devices.as_ref()),
-    ];
-    let p = AgentProcess::spawn(bin, &env, WAIT).expect("start the agent");
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let p = uroce_agent::start(test, &tmp, &format!("agent0={agent_ip}"), &[], WAIT)?;
     let c = p.client(WAIT).expect("connect to the agent");
     Some((p, c))
 }

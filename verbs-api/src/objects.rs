@@ -180,12 +180,17 @@ impl Device {
 /// no privilege needed); `raw` the raw-frame backend ([`p::backend::raw::RawBackend`],
 /// needs `CAP_NET_RAW` and an address on a non-loopback Ethernet interface). Both with
 /// default options but the progress mode, which `UROCE_PROGRESS` gives
-/// ([`progress_from_env`]). Any other value is a [`VerbsError::Backend`] that says what is
-/// allowed.
+/// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
+/// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]).
+/// Any other value is a [`VerbsError::Backend`] that says what is allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
     let engine = p::engine::EngineConfig {
         progress: progress_from_env()?,
+        icrc: std::env::var("UROCE_ICRC")
+            .unwrap_or_default()
+            .parse()
+            .map_err(p::backend::BackendError::Config)?,
         ..Default::default()
     };
     match v.trim().to_ascii_lowercase().as_str() {

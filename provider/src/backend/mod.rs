@@ -62,6 +62,21 @@ pub enum IcrcPolicy {
     Off,
 }
 
+impl std::str::FromStr for IcrcPolicy {
+    type Err = &'static str;
+
+    /// `strict`, `verify_when_possible` (the default; also empty) or `off`, as
+    /// `UROCE_ICRC` takes them.
+    fn from_str(s: &str) -> Result<IcrcPolicy, &'static str> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "verify_when_possible" => Ok(IcrcPolicy::VerifyWhenPossible),
+            "strict" => Ok(IcrcPolicy::Strict),
+            "off" => Ok(IcrcPolicy::Off),
+            _ => Err("the ICRC policy must be `verify_when_possible` (the default: IPv4 packets that do not verify are accepted as unverifiable), `strict` (dropped: right between uroce peers) or `off`"),
+        }
+    }
+}
+
 impl IcrcPolicy {
     /// What to tell [`Device::handle_datagram`] about `payload` (the RoCE packet, BTH to
     /// ICRC) received from `src` on the socket bound to `local`. Computes the ICRC once
@@ -302,5 +317,21 @@ impl Backend for Detached {
             device: Device::with_limits(config, limits),
             driver: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IcrcPolicy;
+
+    #[test]
+    fn icrc_policies_parse_as_uroce_icrc_names_them() {
+        assert_eq!("".parse(), Ok(IcrcPolicy::VerifyWhenPossible));
+        assert_eq!(" Strict ".parse(), Ok(IcrcPolicy::Strict));
+        assert_eq!("off".parse(), Ok(IcrcPolicy::Off));
+        assert!("loose"
+            .parse::<IcrcPolicy>()
+            .unwrap_err()
+            .contains("strict"));
     }
 }

@@ -568,6 +568,18 @@ fn bound_socket(
     Ok(s)
 }
 
+/// A blocking UDP socket bound to `(addr, port)` and set up as this backend's sockets are:
+/// DF set, so Linux sends IPv4 identification 0 and an ICRC computed with
+/// [`uroce_wire::IcrcIpFacts::new`] is right on the wire; for IPv6, V6ONLY and receiving
+/// zero UDP checksums (rxe's). For programs that play a RoCEv2 peer packet by packet (the
+/// conformance runner's wire). Errors as [`UdpSockets::open`]'s.
+pub fn roce_socket(addr: IpAddr, port: u16) -> Result<std::net::UdpSocket, BackendError> {
+    let s = bound_socket(addr, port, 0, 0, false)?;
+    s.set_nonblocking(false)
+        .map_err(os("fcntl(O_NONBLOCK)", addr))?;
+    Ok(s.into())
+}
+
 impl UdpSockets {
     /// Opens the receive socket on `(addr, 4791)`, finds the interface MTU, and allocates
     /// the batch arrays. Errors say what is wrong (port taken, address not local, ...).

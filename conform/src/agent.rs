@@ -3,9 +3,9 @@
 //! a NIC, or uroce's drop-in `libibverbs.so.1`) on commands over TCP, and this module
 //! speaks its line protocol with typed requests and replies.
 //!
-//! The module depends on `std` and `thiserror` only, so the scenario runner (issue 17's
-//! `conform` crate) can take it over as it is. It also builds the agent with `cc`
-//! ([`build_agent`]) and runs it as a child process ([`AgentProcess`]).
+//! The module depends on `std` and `thiserror` only. It also builds the agent with `cc`
+//! ([`build_agent`]) and runs it as a child process ([`AgentProcess`]);
+//! [`crate::remote::AgentTarget`] drives a scenario's QP through it.
 //!
 //! Every request waits at most the client's timeout ([`AgentClient::set_timeout`], plus
 //! the request's own wait for `poll_cq` and `get_async_event`); a reply that does not
@@ -475,6 +475,8 @@ bitflags_lite! {
 /// The arguments of `modify_qp`: the target state and the attributes to set. `None`
 /// attributes are not sent; with `defaults` the agent adds the ones the usual transition
 /// needs (see AGENT.md).
+// The undocumented fields are `struct ibv_qp_attr`'s / `ibv_send_wr`'s, named as there.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ModifyQp {
     pub state: QpState,
@@ -580,6 +582,8 @@ impl ModifyQp {
 }
 
 /// What `query_qp` reports (`ibv_query_qp`'s attributes).
+// The undocumented fields are `struct ibv_qp_attr`'s / `ibv_send_wr`'s, named as there.
+#[allow(missing_docs)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QpAttrs {
     pub qpn: u32,
@@ -650,6 +654,8 @@ impl Sge {
 }
 
 /// A send WR's operation and its operation-specific fields.
+// The undocumented fields are `struct ibv_qp_attr`'s / `ibv_send_wr`'s, named as there.
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOp {
     /// SEND.
@@ -1197,9 +1203,9 @@ pub enum BuildError {
     Compile(String),
 }
 
-/// The agent's source in this repository.
+/// The agent's source in this repository (`tests/conform/agent.c`).
 pub fn agent_source() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("conform/agent.c")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conform/agent.c")
 }
 
 /// Builds the agent into `out_dir/agent` with `cc -std=c99 -O2 -Wall -Wextra -Werror
@@ -1234,6 +1240,17 @@ pub fn build_agent(out_dir: &Path) -> std::result::Result<PathBuf, BuildError> {
         )));
     }
     Ok(bin)
+}
+
+/// Where `make cabi` puts uroce's drop-in `libibverbs.so.1`: the `uroce-lib/` directory of
+/// the cargo profile the running executable belongs to (a test binary lies in
+/// `<target>/<profile>/deps/`).
+pub fn uroce_lib_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    exe.parent() // deps/
+        .and_then(|p| p.parent()) // <profile>/
+        .map(|p| p.join("uroce-lib"))
+        .ok_or_else(|| std::io::Error::other(format!("{} has no profile directory", exe.display())))
 }
 
 /// A running agent (killed when dropped) and the port it listens on.
@@ -1294,6 +1311,12 @@ impl AgentProcess {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
         })
+    }
+
+    /// The agent's process ID (its uroce counters are served at `@uroce/PID` when it
+    /// runs on uroce's drop-in library).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// A client connected to this agent.

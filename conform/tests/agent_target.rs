@@ -1,0 +1,64 @@
+//! Every shipped scenario against a real libibverbs stack through the conformance agent:
+//! the agent (`tests/conform/agent.c`) on uroce's drop-in `libibverbs.so.1` with a device
+//! at 127.0.190.2, the scripted peer a UDP socket at 127.0.190.1:4791, in real time.
+//! uroce's counters come from the agent process's control socket.
+//!
+//! Skipped (a line in `$UROCE_SKIP_LOG`) without `cc`, libibverbs' header or `make
+//! cabi`'s library (a failure instead under `UROCE_REQUIRE_CABI=1`). No sleeps: every wait
+//! is a scenario's own, bounded.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[path = "../../tests/support/skip.rs"]
+mod skip;
+#[path = "../../tests/support/uroce_agent.rs"]
+mod uroce_agent;
+
+use uroce_conform::agent::OpenArgs;
+use uroce_conform::remote::{AgentOpen, AgentTarget, CounterSource};
+use uroce_conform::{report_line, run, scenario_files, Scenario, Target};
+
+/// Longest wait for the agent to start and for any one reply.
+const WAIT: Duration = Duration::from_secs(20);
+const AGENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 190, 2);
+const PEER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 190, 1);
+
+fn scenarios_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"))
+}
+
+#[test]
+fn every_shipped_scenario_passes_against_the_agent_on_uroce_libibverbs() {
+    let test = "every_shipped_scenario_passes_against_the_agent_on_uroce_libibverbs";
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let devices = format!("agent0={AGENT_IP}");
+    let files = scenario_files(scenarios_dir()).unwrap();
+    let mut failed = Vec::new();
+    let only = std::env::var("CONFORM_ONLY").unwrap_or_default();
+    for f in files.iter().filter(|f| f.to_string_lossy().contains(&only)) {
+        let s = Scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
+        // One agent per scenario (`-1`: it exits after its controller), so each starts on
+        // a fresh device.
+        // Strict ICRCs: between uroce peers every IPv4 ICRC can be checked (ID 0), so
+        // the bad-ICRC scenario is answerable over IPv4 too.
+        let env = [("UROCE_ICRC", "strict")];
+        let Some(p) = uroce_agent::start(test, &tmp, &devices, &env, WAIT) else {
+            return;
+        };
+        let open = AgentOpen {
+            args: OpenArgs::default(),
+            counters: CounterSource::UroceControl { pid: p.pid() },
+        };
+        let mut t = AgentTarget::new(p.client(WAIT).unwrap(), open, IpAddr::V4(PEER_IP))
+            .unwrap_or_else(|e| panic!("{}: {e}", s.name));
+        assert_eq!(t.wire().target().ip(), IpAddr::V4(AGENT_IP));
+        let o = run(&s, &mut t);
+        println!("{}", report_line(&o));
+        if !o.passed() || !o.unanswered.is_empty() {
+            failed.push(report_line(&o));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
