@@ -102,3 +102,27 @@ fn completions_counters_and_states_report_what_differs() {
     let f = run_text("ctr", &text).result.unwrap_err();
     assert_eq!(f.what, "counter duplicate_requests: want 2 got 1");
 }
+
+#[test]
+fn retry_counts_are_counted_exactly() {
+    // With retry_cnt 6 there is no eighth transmission: the eighth `lose` (step 9) waits
+    // in vain, as it would on a stack that stops one retry early.
+    let text =
+        shipped("c9-rc-retry-cnt-7-is-seven-retries").replace("retry_cnt = 7", "retry_cnt = 6");
+    let f = run_text("retry-6", &text).result.unwrap_err();
+    assert_eq!(f.step, 9, "{f}");
+    assert!(
+        f.what
+            .starts_with("no packet matching opcode=RC_SEND_ONLY psn=0x800 in time"),
+        "{f}"
+    );
+    // With rnr_retry 7 (infinite) the WR does not complete after the seventh RNR NAK.
+    let text =
+        shipped("c9-rc-rnr-retry-6-is-six-retries").replace("rnr_retry = 6", "rnr_retry = 7");
+    let f = run_text("rnr-7", &text).result.unwrap_err();
+    assert_eq!(f.step, 16, "{f}");
+    assert!(
+        f.what.starts_with("no completion on the send CQ within"),
+        "{f}"
+    );
+}
