@@ -8,10 +8,11 @@
 //! each within a time.
 //!
 //! The stack under test is a [`Target`] (its verbs) with a [`Wire`] (its packets). This
-//! crate has one: [`sim::SimTarget`], a uroce QP in virtual time, so timer scenarios (RNR
-//! waits, ACK timeouts, retry counts) run in milliseconds. The traits keep to the
-//! libibverbs level so that a target for another stack over UDP or raw frames, driven by
-//! a small agent, plugs in the same way.
+//! crate has two: [`sim::SimTarget`], a uroce QP in virtual time, so timer scenarios (RNR
+//! waits, ACK timeouts, retry counts) run in milliseconds; and
+//! [`remote::AgentTarget`], the QP of any libibverbs stack (kernel rxe, a NIC, uroce's
+//! drop-in library) driven by the conformance agent ([`agent`]) over TCP, with the
+//! scripted peer on a UDP socket ([`remote::UdpWire`]), in real time.
 //!
 //! ```no_run
 //! use uroce_conform::{run, Scenario, sim::SimTarget};
@@ -21,7 +22,7 @@
 //! ```
 //!
 //! `cargo run -p uroce-conform -- run conform/scenarios` runs a file or a directory and
-//! prints a table.
+//! prints a table; `--agent HOST:PORT --peer ADDR` runs it against an agent's stack.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

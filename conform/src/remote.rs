@@ -208,11 +208,11 @@ pub enum CounterSource {
     },
 }
 
-/// uroce's counters and the rxe hardware counters
-/// (`drivers/infiniband/sw/rxe/rxe_hw_counters.c`) that count the same events. Counters
+/// `(uroce's counter, the rxe hardware counter that counts the same events)`: rxe's names
+/// are those of `drivers/infiniband/sw/rxe/rxe_hw_counters.c`. Counters
 /// of another meaning are not paired: rxe's `completer_retry_err` counts retries started,
 /// uroce's `timeouts` ACK timeouts, so a scenario asserting `timeouts` is N/A on rxe.
-const RXE_COUNTERS: [(&str, &str); 9] = [
+pub const RXE_COUNTERS: [(&str, &str); 9] = [
     ("packets_sent", "sent_pkts"),
     ("packets_received", "rcvd_pkts"),
     ("duplicate_requests", "duplicate_request"),

@@ -113,6 +113,10 @@ struct Run<'a> {
 
 type StepResult = Result<(), String>;
 
+/// How long a real-time target is left between two looks at a state or event that has
+/// not come yet (within its slack).
+const SETTLE: Duration = Duration::from_millis(1);
+
 fn te(e: TargetError) -> String {
     e.to_string()
 }
@@ -312,7 +316,13 @@ impl Run<'_> {
             Step::State(s) => {
                 let want =
                     crate::target::state_from_name(s).ok_or(format!("unknown state {s:?}"))?;
-                let got = self.t.query_state().map_err(te)?;
+                let mut got = self.t.query_state().map_err(te)?;
+                // A real-time target may get there a little later: up to its slack.
+                let end = self.t.wire().elapsed() + self.t.wire().slack();
+                while got != want && self.t.wire().elapsed() < end {
+                    self.t.wire().wait(SETTLE).map_err(te)?;
+                    got = self.t.query_state().map_err(te)?;
+                }
                 if got == want {
                     Ok(())
                 } else {
@@ -369,7 +379,12 @@ impl Run<'_> {
                 }
             }
             Step::Event(e) => {
-                let got = self.t.take_events().map_err(te)?;
+                let mut got = self.t.take_events().map_err(te)?;
+                let end = self.t.wire().elapsed() + self.t.wire().slack();
+                while !got.iter().any(|g| g == e) && self.t.wire().elapsed() < end {
+                    self.t.wire().wait(SETTLE).map_err(te)?;
+                    got.extend(self.t.take_events().map_err(te)?);
+                }
                 if got.iter().any(|g| g == e) {
                     Ok(())
                 } else {

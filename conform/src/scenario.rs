@@ -45,10 +45,13 @@
 //!   `loc_len_err`, `rem_inv_req_err`, `retry_exc_err`, `recv`, `rdma_read`, ...);
 //! - `wait = "70ms"`: let time pass;
 //! - `state = "err"`: the QP's state; `counter = { name, eq | at_least }`: one of uroce's
-//!   counters (`uroce stat` names); `memory = { mr, offset, hex | fill + len }`: bytes
+//!   counters (`uroce stat` names; N/A, not a failure, on a target without it); `memory = { mr, offset, hex | fill + len }`: bytes
 //!   of a region; `event = "qp_req_err"`: an async event of the QP happened by now.
 //!
-//! Durations are written `"1.5ms"`, `"500us"`, `"2s"`; `within` defaults to 100 ms.
+//! Durations are written `"1.5ms"`, `"500us"`, `"2s"`; `within` defaults to 100 ms. On a
+//! real-time target an expected packet, completion, state or event may come the target's slack
+//! ([`crate::Wire::slack`]) after its `within`; `expect_none` and `expect_no_wc` windows
+//! are kept as written.
 
 use std::collections::BTreeMap;
 use std::path::Path;

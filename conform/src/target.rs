@@ -259,7 +259,8 @@ pub trait Wire {
     /// Time since the target was set up (virtual in the simulator): the clock of the
     /// scenario's deadlines.
     fn elapsed(&self) -> Duration;
-    /// How much later than its `within` an expected packet or completion may come: zero
+    /// How much later than its `within` an expected packet or completion (or an expected
+    /// QP state or async event) may come: zero
     /// in virtual time; a real-time target's scheduling and timer lateness. Windows in
     /// which nothing may come (`expect_none`, `expect_no_wc`) are never widened.
     fn slack(&self) -> Duration {
