@@ -62,3 +62,50 @@ fn every_shipped_scenario_passes_against_the_agent_on_uroce_libibverbs() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// The peer's socket on its own: a datagram from the target's address comes back with the
+/// ICRC facts its family allows (none over IPv4, the addresses over IPv6), one from
+/// elsewhere is not the QP's, and an empty wire times out.
+#[test]
+fn udp_wire_takes_the_targets_datagrams_with_the_facts_it_can_know() {
+    use std::net::UdpSocket;
+    use uroce_conform::remote::UdpWire;
+    use uroce_conform::Wire;
+    let (peer, target) = (
+        Ipv4Addr::new(127, 0, 190, 11),
+        Ipv4Addr::new(127, 0, 190, 12),
+    );
+    let mut w = UdpWire::bind(peer.into(), target.into()).unwrap();
+    assert_eq!(w.peer().port(), 4791);
+    let qp = UdpSocket::bind((target, 0)).unwrap();
+    let stray = UdpSocket::bind((Ipv4Addr::new(127, 0, 190, 13), 0)).unwrap();
+    stray.send_to(b"stray", w.peer()).unwrap();
+    qp.send_to(b"from the QP", w.peer()).unwrap();
+    let got = w.recv(WAIT).unwrap().expect("the QP's datagram");
+    assert_eq!(
+        (got.bytes.as_slice(), got.facts),
+        (&b"from the QP"[..], None)
+    );
+    assert_eq!(w.recv(Duration::from_millis(1)).unwrap(), None);
+
+    let v6 = "::1".parse::<IpAddr>().unwrap();
+    // [::1]:4791 may be another test's uroce device (rping over ::1): then say so.
+    let mut w6 = match UdpWire::bind(v6, v6) {
+        Ok(w) => w,
+        Err(e) => {
+            skip::skipped(
+                "udp_wire_takes_the_targets_datagrams_with_the_facts_it_can_know",
+                &format!("no socket at [::1]:4791 ({e}); the IPv4 half ran"),
+            );
+            return;
+        }
+    };
+    let qp6 = UdpSocket::bind((v6, 0)).unwrap();
+    qp6.send_to(b"v6", w6.peer()).unwrap();
+    let got = w6.recv(WAIT).unwrap().expect("the QP's datagram");
+    let facts = got.facts.expect("IPv6 facts");
+    assert_eq!(
+        (facts.src, facts.dst),
+        (qp6.local_addr().unwrap(), w6.peer())
+    );
+}
