@@ -23,7 +23,7 @@ fn shipped(name: &str) -> String {
 #[test]
 fn every_shipped_scenario_passes_in_the_simulator() {
     let files = scenario_files(scenarios_dir()).unwrap();
-    assert!(files.len() >= 65, "only {} scenarios", files.len());
+    assert!(files.len() >= 68, "only {} scenarios", files.len());
     let mut failed = Vec::new();
     for f in &files {
         let s = Scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
