@@ -349,6 +349,10 @@ impl Run<'_> {
                     ))
                 }
             }
+            Step::DeregMr(m) => {
+                let mr = self.mr(m)?;
+                self.t.dereg_mr(&mr).map_err(te)
+            }
             Step::Event(e) => {
                 let got = self.t.take_events().map_err(te)?;
                 if got.iter().any(|g| g == e) {

@@ -46,7 +46,9 @@
 //! - `wait = "70ms"`: let time pass;
 //! - `state = "err"`: the QP's state; `counter = { name, eq | at_least }`: one of uroce's
 //!   counters (`uroce stat` names); `memory = { mr, offset, hex | fill + len }`: bytes
-//!   of a region; `event = "qp_req_err"`: an async event of the QP happened by now.
+//!   of a region; `event = "qp_req_err"`: an async event of the QP happened by now;
+//! - `dereg_mr = "buf"`: deregister a region (its L_Key and R_Key are refused from then
+//!   on; a `memory` step on it fails).
 //!
 //! Durations are written `"1.5ms"`, `"500us"`, `"2s"`; `within` defaults to 100 ms.
 
@@ -232,6 +234,8 @@ pub enum Step {
     Memory(MemorySpec),
     /// An async event of the QP.
     Event(String),
+    /// Deregister a region (`ibv_dereg_mr`): its keys are invalid from then on.
+    DeregMr(String),
 }
 
 /// `post_recv`.
@@ -563,6 +567,7 @@ impl Scenario {
                 }
             }
             Step::Event(_) => {}
+            Step::DeregMr(m) => mr(m)?,
         }
         Ok(())
     }
