@@ -536,6 +536,15 @@ impl Target for AgentTarget {
         })
     }
 
+    fn dereg_mr(&mut self, mr: &Mr) -> TargetResult<()> {
+        let id = self.mr_id(mr)?;
+        self.c
+            .destroy(crate::agent::Destroy::Mr(id))
+            .map_err(|e| agent("dereg_mr", e))?;
+        self.mrs.retain(|(k, _)| *k != mr.lkey);
+        Ok(())
+    }
+
     fn write_mr(&mut self, mr: &Mr, offset: u64, bytes: &[u8]) -> TargetResult<()> {
         let id = self.mr_id(mr)?;
         // Lines are at most 8 MiB: 256 KiB of data (512 KiB of hex) per request.

@@ -113,8 +113,8 @@ struct Run<'a> {
 
 type StepResult = Result<(), String>;
 
-/// How long a real-time target is left between two looks at a state or event that has
-/// not come yet (within its slack).
+/// How long a real-time target is left between two looks at a state, counter, memory or
+/// event that is not there yet (within its slack).
 const SETTLE: Duration = Duration::from_millis(1);
 
 fn te(e: TargetError) -> String {
@@ -316,13 +316,7 @@ impl Run<'_> {
             Step::State(s) => {
                 let want =
                     crate::target::state_from_name(s).ok_or(format!("unknown state {s:?}"))?;
-                let mut got = self.t.query_state().map_err(te)?;
-                // A real-time target may get there a little later: up to its slack.
-                let end = self.t.wire().elapsed() + self.t.wire().slack();
-                while got != want && self.t.wire().elapsed() < end {
-                    self.t.wire().wait(SETTLE).map_err(te)?;
-                    got = self.t.query_state().map_err(te)?;
-                }
+                let got = self.settle(|r| r.t.query_state().map_err(te), |g| *g == want)?;
                 if got == want {
                     Ok(())
                 } else {
@@ -333,7 +327,13 @@ impl Run<'_> {
                 }
             }
             Step::Counter(c) => {
-                let got = self.t.counter(&c.name).map_err(te)?;
+                let reached = |v: &Option<u64>| match (*v, c.eq, c.at_least) {
+                    (None, ..) => true,
+                    (Some(v), Some(w), _) => v == w,
+                    (Some(v), None, Some(w)) => v >= w,
+                    (Some(_), None, None) => true,
+                };
+                let got = self.settle(|r| r.t.counter(&c.name).map_err(te), reached)?;
                 let known = uroce_provider::Counter::ALL
                     .iter()
                     .any(|k| k.name() == c.name);
@@ -364,7 +364,10 @@ impl Run<'_> {
                     (None, Some(b)) => vec![b; m.len],
                     (None, None) => return Err("memory needs hex or fill".into()),
                 };
-                let got = self.t.read_mr(&mr, m.offset, want.len()).map_err(te)?;
+                let got = self.settle(
+                    |r| r.t.read_mr(&mr, m.offset, want.len()).map_err(te),
+                    |g| *g == want,
+                )?;
                 if got == want {
                     Ok(())
                 } else {
@@ -377,6 +380,10 @@ impl Run<'_> {
                         hex(&got)
                     ))
                 }
+            }
+            Step::DeregMr(m) => {
+                let mr = self.mr(m)?;
+                self.t.dereg_mr(&mr).map_err(te)
             }
             Step::Event(e) => {
                 let mut got = self.t.take_events().map_err(te)?;
@@ -506,6 +513,23 @@ impl Run<'_> {
     fn deadline(&mut self, t: &toml::Table) -> Result<Duration, String> {
         let within = duration_or_default(t.get("within").and_then(|v| v.as_str()))?;
         Ok(self.t.wire().elapsed() + within)
+    }
+
+    /// `read()`'s value once `ok` holds for it; on a real-time target, which may get there
+    /// a little later, looked at again every [`SETTLE`] for up to its slack (at once in
+    /// virtual time, whose slack is zero). The last value read when `ok` never held.
+    fn settle<T>(
+        &mut self,
+        mut read: impl FnMut(&mut Self) -> Result<T, String>,
+        ok: impl Fn(&T) -> bool,
+    ) -> Result<T, String> {
+        let mut got = read(self)?;
+        let end = self.t.wire().elapsed() + self.t.wire().slack();
+        while !ok(&got) && self.t.wire().elapsed() < end {
+            self.t.wire().wait(SETTLE).map_err(te)?;
+            got = read(self)?;
+        }
+        Ok(got)
     }
 
     /// An expectation's deadline: [`Run::deadline`] plus the target's slack.

@@ -45,11 +45,15 @@
 //!   `loc_len_err`, `rem_inv_req_err`, `retry_exc_err`, `recv`, `rdma_read`, ...);
 //! - `wait = "70ms"`: let time pass;
 //! - `state = "err"`: the QP's state; `counter = { name, eq | at_least }`: one of uroce's
-//!   counters (`uroce stat` names; N/A, not a failure, on a target without it); `memory = { mr, offset, hex | fill + len }`: bytes
-//!   of a region; `event = "qp_req_err"`: an async event of the QP happened by now.
+//!   counters (`uroce stat` names; N/A, not a failure, on a target without it);
+//!   `memory = { mr, offset, hex | fill + len }`: bytes of a region; `event =
+//!   "qp_req_err"`: an async event of the QP happened by now;
+//! - `dereg_mr = "buf"`: deregister a region (its L_Key and R_Key are refused from then
+//!   on; a `memory` step on it fails).
 //!
 //! Durations are written `"1.5ms"`, `"500us"`, `"2s"`; `within` defaults to 100 ms. On a
-//! real-time target an expected packet, completion, state or event may come the target's slack
+//! real-time target an expected packet, completion, state, counter value, memory content or
+//! event may come the target's slack
 //! ([`crate::Wire::slack`]) after its `within`; `expect_none` and `expect_no_wc` windows
 //! are kept as written.
 
@@ -235,6 +239,8 @@ pub enum Step {
     Memory(MemorySpec),
     /// An async event of the QP.
     Event(String),
+    /// Deregister a region (`ibv_dereg_mr`): its keys are invalid from then on.
+    DeregMr(String),
 }
 
 /// `post_recv`.
@@ -566,6 +572,7 @@ impl Scenario {
                 }
             }
             Step::Event(_) => {}
+            Step::DeregMr(m) => mr(m)?,
         }
         Ok(())
     }

@@ -379,6 +379,11 @@ impl Target for SimTarget {
             .map(|(_, v)| v))
     }
 
+    fn dereg_mr(&mut self, mr: &Mr) -> TargetResult<()> {
+        self.mr(mr)?.deregister();
+        Ok(())
+    }
+
     fn take_events(&mut self) -> TargetResult<Vec<String>> {
         Ok(self
             .qp()?

@@ -230,6 +230,12 @@ pub trait Target {
     /// The QP's asynchronous events since the last call, by lower-case libibverbs name
     /// without prefix (`comm_est`, `qp_req_err`, `qp_fatal`, ...).
     fn take_events(&mut self) -> TargetResult<Vec<String>>;
+    /// Deregisters `mr` (`ibv_dereg_mr`): its keys are refused from then on. Targets that
+    /// cannot say [`TargetError::Unsupported`] (the default).
+    fn dereg_mr(&mut self, mr: &Mr) -> TargetResult<()> {
+        let _ = mr;
+        Err(TargetError::Unsupported("dereg_mr".into()))
+    }
     /// The packet side.
     fn wire(&mut self) -> &mut dyn Wire;
 }
