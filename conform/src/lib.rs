@@ -26,6 +26,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fuzz;
+pub mod fuzz_case;
+pub mod fuzz_oracle;
 pub mod names;
 pub mod runner;
 pub mod scenario;
