@@ -111,6 +111,8 @@ enum Fault {
     DropNaks,
     /// Nothing the peer sends arrives.
     Deaf,
+    /// NAKs for an invalid request (code 1) leave as remote operational errors (code 3).
+    FlipNakCode,
 }
 
 /// A deliberately wrong target: uroce in the simulator with a fault on its wire.
@@ -175,9 +177,16 @@ impl Wire for Wrong {
         let deadline = self.0.elapsed() + within;
         loop {
             let left = deadline.saturating_sub(self.0.elapsed());
-            let Some(p) = self.0.recv(left)? else {
+            let Some(mut p) = self.0.recv(left)? else {
                 return Ok(None);
             };
+            // An ACK's AETH follows the 12-byte BTH; its first byte is the syndrome, 0x61 a
+            // NAK for an invalid request (§9.3.5, table 43).
+            let ack = p.bytes.first() == Some(&0x11) && p.bytes.len() > 12;
+            if self.1 == Fault::FlipNakCode && ack && p.bytes[12] == 0x61 {
+                p.bytes[12] = 0x63;
+                p.facts = None; // the ICRC no longer matches: do not check it
+            }
             let nak = ReceivedPacket::parse(&p.bytes, None)
                 .is_ok_and(|r| r.get(Field::Syndrome) == Some(syndrome::NAK));
             if !nak || self.1 != Fault::DropNaks {
@@ -193,41 +202,57 @@ impl Wire for Wrong {
     }
 }
 
-#[test]
-fn a_target_that_drops_its_naks_is_found_and_its_finding_replays() {
-    let dir = std::env::temp_dir().join(format!("uroce-fuzz-test-{}", std::process::id()));
+/// Fuzzes a [`Wrong`] target with `fault`: a finding of `class` must come, its saved
+/// scenario must fail on the wrong target with a message containing `fails_with`, and
+/// every finding's scenario must pass on the model.
+fn found_and_replayed(fault: Fault, class: Class, fails_with: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "uroce-fuzz-test-{}-{}",
+        std::process::id(),
+        class.name()
+    ));
     let cfg = FuzzConfig {
         cases: 100,
         out: Some(dir.clone()),
         ..FuzzConfig::new(SEED)
     };
-    let mut make =
-        || SimTarget::new(1).map(|t| Box::new(Wrong(t, Fault::DropNaks)) as Box<dyn Target>);
+    let mut make = || SimTarget::new(1).map(|t| Box::new(Wrong(t, fault)) as Box<dyn Target>);
     let s = fuzz(&cfg, &mut make, |_| {});
     assert!(s.peer_alive, "{}", s.report());
     let f = s
         .findings
         .iter()
-        .find(|f| f.class == Class::NoAnswer)
-        .unwrap_or_else(|| panic!("seed {SEED}: no no-answer finding\n{}", s.report()));
-    assert!(f.line().contains("target silent"), "{}", f.line());
+        .find(|f| f.class == class)
+        .unwrap_or_else(|| panic!("seed {SEED}: no {class} finding\n{}", s.report()));
     let file = f.file.as_ref().expect("saved");
     let text = std::fs::read_to_string(file).unwrap();
     assert_eq!(text, f.scenario);
     let sc = Scenario::load(file).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    // The replay fails on the wrong target, at an `expect` of the NAK...
     let bad = run(&sc, &mut *make().unwrap());
     let fail = bad
         .result
         .expect_err("the replay passed on the wrong target");
-    assert!(fail.what.contains("no packet matching"), "{fail}\n{text}");
-    // ...and passes on the model, as does every other saved finding.
+    assert!(fail.what.contains(fails_with), "{fail}\n{text}");
     for g in &s.findings {
         let sc = Scenario::parse("replay", &g.scenario).unwrap();
         let o = run(&sc, &mut SimTarget::new(1).unwrap());
         assert!(o.passed(), "{}: {:?}\n{}", g.line(), o.result, g.scenario);
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_target_that_drops_its_naks_is_found_and_its_finding_replays() {
+    found_and_replayed(Fault::DropNaks, Class::NoAnswer, "no packet matching");
+}
+
+#[test]
+fn a_target_that_sends_the_wrong_nak_code_is_found_and_its_finding_replays() {
+    found_and_replayed(
+        Fault::FlipNakCode,
+        Class::NakCode,
+        "field nak_code: want invalid_request got remote_op_error",
+    );
 }
 
 #[test]
