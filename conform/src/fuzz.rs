@@ -55,12 +55,15 @@ pub struct FuzzConfig {
     pub out: Option<PathBuf>,
     /// Most finding files written; later findings are counted and reported only.
     pub max_saved: usize,
+    /// Most finding files written per kind of difference ([`Difference::kind`]).
+    pub per_kind: usize,
     /// The seed of the model's simulated device.
     pub model_seed: u64,
 }
 
 impl FuzzConfig {
-    /// 1000 cases from `seed`, a 10 ms answer window, a 1 s probe, nothing saved.
+    /// 1000 cases from `seed`, a 10 ms answer window, a 1 s probe, nothing saved (when
+    /// saving: at most 200 files, 3 per kind).
     pub fn new(seed: u64) -> FuzzConfig {
         FuzzConfig {
             seed,
@@ -70,6 +73,7 @@ impl FuzzConfig {
             probe_within: Duration::from_secs(1),
             out: None,
             max_saved: 200,
+            per_kind: 3,
             model_seed: 1,
         }
     }
@@ -93,6 +97,11 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// The kind of its first difference.
+    pub fn kind(&self) -> &str {
+        self.differences.first().map_or("", |d| d.kind.as_str())
+    }
+
     /// One line: `seed-case [class] first difference (-> file)`.
     pub fn line(&self) -> String {
         let mut s = format!(
@@ -138,15 +147,28 @@ impl Summary {
         m
     }
 
-    /// The report's last lines: cases, findings by class, liveness.
+    /// Findings per kind ([`Finding::kind`]): how many, and the first one's case.
+    pub fn by_kind(&self) -> BTreeMap<&str, (usize, u64)> {
+        let mut m = BTreeMap::new();
+        for f in &self.findings {
+            m.entry(f.kind()).or_insert((0, f.case)).0 += 1;
+        }
+        m
+    }
+
+    /// The report's last lines: cases, findings by class and by kind, liveness.
     pub fn report(&self) -> String {
+        let mut kinds = String::new();
+        for (k, (n, first)) in self.by_kind() {
+            let _ = writeln!(kinds, "fuzz: {n:>5} x {k} (first: {}-{first})", self.seed);
+        }
         let classes: Vec<String> = self
             .by_class()
             .iter()
             .map(|(c, n)| format!("{c} {n}"))
             .collect();
         format!(
-            "fuzz: seed {} on {}: {} cases in {:.1} s ({} skipped), {} findings{}\nfuzz: {}",
+            "fuzz: seed {} on {}: {} cases in {:.1} s ({} skipped), {} findings{}\n{kinds}fuzz: {}",
             self.seed,
             self.target,
             self.cases,
@@ -241,23 +263,22 @@ pub fn fuzz(
         if let Err(why) = &alive {
             diffs.push(Difference {
                 class: Class::PeerDead,
+                kind: Class::PeerDead.to_string(),
                 what: format!("after this case the liveness probe failed: {why}"),
             });
         }
         if !diffs.is_empty() {
             let scenario = replay_text(&case, &model, &got, &diffs, cfg.window, &sum.target);
-            let saved = sum.findings.iter().filter(|f| f.file.is_some()).count();
-            let file = cfg
-                .out
-                .as_ref()
-                .filter(|_| saved < cfg.max_saved)
-                .and_then(|dir| {
-                    let f = dir.join(format!("{}-{}.toml", cfg.seed, index));
-                    std::fs::create_dir_all(dir)
-                        .and_then(|()| std::fs::write(&f, &scenario))
-                        .ok()
-                        .map(|()| f)
-                });
+            let saved = sum.findings.iter().filter(|f| f.file.is_some());
+            let same = saved.clone().filter(|f| f.kind() == diffs[0].kind).count();
+            let room = saved.count() < cfg.max_saved && same < cfg.per_kind;
+            let file = cfg.out.as_ref().filter(|_| room).and_then(|dir| {
+                let f = dir.join(format!("{}-{}.toml", cfg.seed, index));
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| std::fs::write(&f, &scenario))
+                    .ok()
+                    .map(|()| f)
+            });
             let finding = Finding {
                 seed: cfg.seed,
                 case: index,

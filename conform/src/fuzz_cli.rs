@@ -25,6 +25,9 @@ pub struct FuzzArgs {
     /// Most finding files written.
     #[arg(long, default_value_t = 200)]
     max_saved: usize,
+    /// Most finding files written per kind of difference.
+    #[arg(long, default_value_t = 3)]
+    per_kind: usize,
     /// How long to wait for the answers to each packet.
     #[arg(long, default_value = "10ms")]
     window: String,
@@ -92,6 +95,7 @@ pub fn fuzz_cmd(a: FuzzArgs) -> ExitCode {
         probe_within,
         out: Some(a.out),
         max_saved: a.max_saved,
+        per_kind: a.per_kind,
         ..FuzzConfig::new(seed)
     };
     println!("fuzz: seed {seed}");

@@ -246,8 +246,48 @@ impl fmt::Display for Class {
 pub struct Difference {
     /// Its class.
     pub class: Class,
+    /// Its kind: the class and what differs without the request, PSNs, lengths or WR ids
+    /// (`nak-code model [NAK invalid_request], target [NAK remote_op_error]`), the same
+    /// for the same behaviour in other cases.
+    pub kind: String,
     /// What differs, for a person.
     pub what: String,
+}
+
+/// An answer list without the numbers: opcode names (`ACK` for an Acknowledge), and the
+/// AETH's syndrome and code (`NAK invalid_request`); `silent` when empty.
+fn shape(a: &[Answer]) -> String {
+    if a.is_empty() {
+        return "silent".into();
+    }
+    let v: Vec<String> = a
+        .iter()
+        .map(|a| match a {
+            Answer::Malformed(_) => "malformed".into(),
+            Answer::Packet(_) => {
+                let op = a.get(Field::Opcode).map_or("?".into(), |o| {
+                    opcode_name(Opcode(o as u8))
+                        .trim_start_matches("RC_")
+                        .to_string()
+                });
+                let nak = match (a.get(Field::Syndrome), a.get(Field::NakCode)) {
+                    (Some(syndrome::RNR_NAK), _) => "RNR-NAK".to_string(),
+                    (_, Some(c)) => {
+                        let code = NakCode::from_value(c as u8).map_or("?", nak_name);
+                        format!("NAK {code}")
+                    }
+                    _ => String::new(),
+                };
+                match (op.as_str(), nak.is_empty()) {
+                    ("ACKNOWLEDGE", true) => "ACK".into(),
+                    ("ACKNOWLEDGE", false) => nak,
+                    (_, true) => op,
+                    (_, false) => format!("{op} {nak}"),
+                }
+            }
+        })
+        .collect();
+    format!("[{}]", v.join(", "))
 }
 
 fn list(a: &[Answer]) -> String {
@@ -269,37 +309,53 @@ fn answers_class(m: &Answer, g: &Answer) -> Class {
 /// The differences of `got` from `model` for `case` (empty: they agree).
 pub fn compare(case: &Case, model: &Observation, got: &Observation) -> Vec<Difference> {
     let mut out = Vec::new();
-    let mut diff = |class, what: String| out.push(Difference { class, what });
+    let mut diff = |class: Class, kind: String, what: String| {
+        out.push(Difference {
+            class,
+            kind: format!("{class} {kind}"),
+            what,
+        })
+    };
     if let Some((step, why)) = &got.error {
-        diff(Class::TargetError, format!("step {step}: {why}"));
+        let verb = why.split(':').next().unwrap_or_default().to_string();
+        diff(Class::TargetError, verb, format!("step {step}: {why}"));
     }
     for (i, m) in model.answers.iter().enumerate() {
         let Some(g) = got.answers.get(i) else { break };
         let p = &case.packets[i];
         let at = format!("packet {i} ({} psn {:#x})", p.opcode, p.psn);
         let (ml, gl) = (list(m), list(g));
+        let kind = format!("model {}, target {}", shape(m), shape(g));
         if let Some(bad) = g.iter().find(|a| matches!(a, Answer::Malformed(_))) {
-            diff(Class::Malformed, format!("{at}: the target sent {bad}"));
+            diff(
+                Class::Malformed,
+                kind,
+                format!("{at}: the target sent {bad}"),
+            );
         } else if g.is_empty() && !m.is_empty() {
-            diff(
-                Class::NoAnswer,
-                format!("{at}: model answered {ml}, target silent"),
-            );
+            let what = format!("{at}: model answered {ml}, target silent");
+            diff(Class::NoAnswer, kind, what);
         } else if m.is_empty() && !g.is_empty() {
-            diff(
-                Class::ExtraAnswer,
-                format!("{at}: model silent, target answered {gl}"),
-            );
+            let what = format!("{at}: model silent, target answered {gl}");
+            diff(Class::ExtraAnswer, kind, what);
         } else if let Some((a, b)) = m.iter().zip(g).find(|(a, b)| a != b) {
-            diff(
-                answers_class(a, b),
-                format!("{at}: model answered {ml}, target {gl} (first difference: {a} / {b})"),
-            );
+            let class = answers_class(a, b);
+            let fields: Vec<&str> = COMPARED
+                .iter()
+                .filter(|&&f| a.get(f) != b.get(f))
+                .map(|f| f.name())
+                .collect();
+            let kind = if class == Class::AnswerField {
+                format!("{kind} ({})", fields.join(", "))
+            } else {
+                kind
+            };
+            let what =
+                format!("{at}: model answered {ml}, target {gl} (first difference: {a} / {b})");
+            diff(class, kind, what);
         } else if m.len() != g.len() {
-            diff(
-                Class::AnswerCount,
-                format!("{at}: model answered {ml}, target {gl}"),
-            );
+            let what = format!("{at}: model answered {ml}, target {gl}");
+            diff(Class::AnswerCount, kind, what);
         }
     }
     if got.error.is_some() {
@@ -313,8 +369,17 @@ pub fn compare(case: &Case, model: &Observation, got: &Observation) -> Vec<Diffe
                 .collect();
             s.join(", ")
         };
+        let statuses = |v: &[Completion]| {
+            let s: Vec<String> = v.iter().map(|c| wc_status_name(c.status)).collect();
+            s.join(", ")
+        };
         diff(
             Class::Completion,
+            format!(
+                "model [{}], target [{}]",
+                statuses(&model.completions),
+                statuses(&got.completions)
+            ),
             format!(
                 "receive completions: model [{}], target [{}] ({:?} / {:?})",
                 show(&model.completions),
@@ -328,6 +393,7 @@ pub fn compare(case: &Case, model: &Observation, got: &Observation) -> Vec<Diffe
         let show = |s: Option<QpState>| s.map_or("?".into(), state_name);
         diff(
             Class::State,
+            format!("model {}, target {}", show(model.state), show(got.state)),
             format!(
                 "final state: model {}, target {}",
                 show(model.state),
@@ -339,6 +405,7 @@ pub fn compare(case: &Case, model: &Observation, got: &Observation) -> Vec<Diffe
         if let Some(at) = m.iter().zip(g).position(|(a, b)| a != b) {
             diff(
                 Class::Memory,
+                format!("region {n}"),
                 format!("region {n} differs from offset {at}"),
             );
         }

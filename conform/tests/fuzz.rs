@@ -202,10 +202,11 @@ impl Wire for Wrong {
     }
 }
 
-/// Fuzzes a [`Wrong`] target with `fault`: a finding of `class` must come, its saved
-/// scenario must fail on the wrong target with a message containing `fails_with`, and
-/// every finding's scenario must pass on the model.
-fn found_and_replayed(fault: Fault, class: Class, fails_with: &str) {
+/// Fuzzes a [`Wrong`] target with `fault`: a finding of `class` must come, findings of
+/// `kind` too (at most 3 saved per kind), the saved scenario must fail on the wrong target
+/// with a message containing `fails_with`, and every finding's scenario must pass on the
+/// model.
+fn found_and_replayed(fault: Fault, class: Class, kind: &str, fails_with: &str) {
     let dir = std::env::temp_dir().join(format!(
         "uroce-fuzz-test-{}-{}",
         std::process::id(),
@@ -224,6 +225,13 @@ fn found_and_replayed(fault: Fault, class: Class, fails_with: &str) {
         .iter()
         .find(|f| f.class == class)
         .unwrap_or_else(|| panic!("seed {SEED}: no {class} finding\n{}", s.report()));
+    assert!(s.by_kind().contains_key(kind), "{}", s.report());
+    let saved = s.findings.iter().filter(|f| f.file.is_some()).count();
+    assert!(
+        saved <= 3 * s.by_kind().len(),
+        "{saved} saved\n{}",
+        s.report()
+    );
     let file = f.file.as_ref().expect("saved");
     let text = std::fs::read_to_string(file).unwrap();
     assert_eq!(text, f.scenario);
@@ -243,7 +251,12 @@ fn found_and_replayed(fault: Fault, class: Class, fails_with: &str) {
 
 #[test]
 fn a_target_that_drops_its_naks_is_found_and_its_finding_replays() {
-    found_and_replayed(Fault::DropNaks, Class::NoAnswer, "no packet matching");
+    found_and_replayed(
+        Fault::DropNaks,
+        Class::NoAnswer,
+        "no-answer model [NAK psn_seq_error], target silent",
+        "no packet matching",
+    );
 }
 
 #[test]
@@ -251,6 +264,7 @@ fn a_target_that_sends_the_wrong_nak_code_is_found_and_its_finding_replays() {
     found_and_replayed(
         Fault::FlipNakCode,
         Class::NakCode,
+        "nak-code model [NAK invalid_request], target [NAK remote_op_error]",
         "field nak_code: want invalid_request got remote_op_error",
     );
 }
