@@ -28,6 +28,9 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod fuzz;
+pub mod fuzz_case;
+pub mod fuzz_oracle;
 pub mod names;
 pub mod remote;
 pub mod runner;

@@ -1,6 +1,7 @@
 //! `uroce-conform run PATH...`: runs scenario files (or directories of them) against uroce
 //! in the simulator, or with `--agent HOST:PORT --peer ADDR` against the QP of a
-//! conformance agent's stack, and prints one line per scenario.
+//! conformance agent's stack, and prints one line per scenario. `uroce-conform fuzz`: the
+//! remote fuzzer (see `uroce_conform::fuzz`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ use clap::{Parser, Subcommand};
 use uroce_conform::agent::{AgentClient, GidIndex, OpenArgs};
 use uroce_conform::remote::{AgentOpen, AgentTarget};
 use uroce_conform::{report_line, run, scenario_files, sim::SimTarget, Outcome, Scenario};
+
+mod fuzz_cli;
 
 #[derive(Parser)]
 #[command(about = "RoCEv2 conformance scenarios with a scripted peer")]
@@ -32,6 +35,9 @@ enum Cmd {
         #[command(flatten)]
         remote: Remote,
     },
+    /// Fuzz a target's RC and UC responder with mutated requests, uroce in the simulator as the
+    /// model; every finding is saved as a scenario that replays it.
+    Fuzz(fuzz_cli::FuzzArgs),
 }
 
 /// A remote target: the QP of a conformance agent (`tests/conform/agent.c`).
@@ -90,11 +96,14 @@ fn run_remote(
 }
 
 fn main() -> ExitCode {
-    let Cmd::Run {
-        paths,
-        seed,
-        remote,
-    } = Cli::parse().cmd;
+    let (paths, seed, remote) = match Cli::parse().cmd {
+        Cmd::Run {
+            paths,
+            seed,
+            remote,
+        } => (paths, seed, remote),
+        Cmd::Fuzz(a) => return fuzz_cli::fuzz_cmd(a),
+    };
     let (mut passed, mut failed, mut na) = (0, 0, 0);
     let mut target = format!("uroce, simulator, seed {seed}");
     for path in &paths {

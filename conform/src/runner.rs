@@ -99,11 +99,12 @@ fn access_bits(names: &[String]) -> Result<u32, String> {
     })
 }
 
-struct Run<'a> {
-    s: &'a Scenario,
-    t: &'a mut dyn Target,
+/// One scenario in progress on one target (also driven step by step by [`crate::fuzz`]).
+pub(crate) struct Run<'a> {
+    pub(crate) s: &'a Scenario,
+    pub(crate) t: &'a mut dyn Target,
     qpn: u32,
-    mrs: BTreeMap<String, Mr>,
+    pub(crate) mrs: BTreeMap<String, Mr>,
     /// Packets received and not yet matched (kept by `expect_none`).
     pending: VecDeque<ReceivedPacket>,
     /// The current step (1-based) and the assertions skipped as N/A.
@@ -124,15 +125,7 @@ fn te(e: TargetError) -> String {
 /// Runs `s` against `t`.
 pub fn run(s: &Scenario, t: &mut dyn Target) -> Outcome {
     let target = t.describe();
-    let mut r = Run {
-        s,
-        t,
-        qpn: 0,
-        mrs: BTreeMap::new(),
-        pending: VecDeque::new(),
-        at: 0,
-        unanswered: Vec::new(),
-    };
+    let mut r = Run::new(s, t);
     let result = r
         .setup()
         .map_err(|what| Failure { step: 0, what })
@@ -152,7 +145,19 @@ pub fn run(s: &Scenario, t: &mut dyn Target) -> Outcome {
     }
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    pub(crate) fn new(s: &'a Scenario, t: &'a mut dyn Target) -> Run<'a> {
+        Run {
+            s,
+            t,
+            qpn: 0,
+            mrs: BTreeMap::new(),
+            pending: VecDeque::new(),
+            at: 0,
+            unanswered: Vec::new(),
+        }
+    }
+
     fn attrs(&mut self) -> Result<QpAttrs, String> {
         let q = &self.s.qp;
         Ok(QpAttrs {
@@ -172,7 +177,7 @@ impl Run<'_> {
         })
     }
 
-    fn setup(&mut self) -> StepResult {
+    pub(crate) fn setup(&mut self) -> StepResult {
         let q = &self.s.qp;
         let ty = match q.qp_type.as_str() {
             "rc" => QpType::Rc,
@@ -216,7 +221,7 @@ impl Run<'_> {
         IcrcIpFacts::new(w.peer(), w.target())
     }
 
-    fn step(&mut self, st: &Step) -> StepResult {
+    pub(crate) fn step(&mut self, st: &Step) -> StepResult {
         match st {
             Step::PostRecv(p) => {
                 let mr = self.mr(&p.mr)?;
@@ -493,7 +498,10 @@ impl Run<'_> {
     }
 
     /// The next packet from the QP, waiting until `deadline` (on the target's clock).
-    fn next_packet(&mut self, deadline: Duration) -> Result<Option<ReceivedPacket>, String> {
+    pub(crate) fn next_packet(
+        &mut self,
+        deadline: Duration,
+    ) -> Result<Option<ReceivedPacket>, String> {
         if let Some(p) = self.pending.pop_front() {
             return Ok(Some(p));
         }

@@ -305,7 +305,7 @@ pub struct PostSend {
 }
 
 /// A packet the script sends. Unset headers of the opcode are zero (the AETH an ACK).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PacketSpec {
     /// Opcode name (`RC_SEND_ONLY`) or number.
