@@ -29,12 +29,24 @@ fn scenarios_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"))
 }
 
+/// Scenarios that crashed a stack under test (`conform/crashers`): uroce must pass them too.
+fn crashers_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/crashers"))
+}
+
+/// Every shipped scenario, then the crashers.
+fn shipped_files() -> Vec<std::path::PathBuf> {
+    let mut files = scenario_files(scenarios_dir()).unwrap();
+    files.extend(scenario_files(crashers_dir()).unwrap());
+    files
+}
+
 #[test]
 fn every_shipped_scenario_passes_against_the_agent_on_uroce_libibverbs() {
     let test = "every_shipped_scenario_passes_against_the_agent_on_uroce_libibverbs";
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let devices = format!("agent0={AGENT_IP}");
-    let files = scenario_files(scenarios_dir()).unwrap();
+    let files = shipped_files();
     let mut failed = Vec::new();
     let only = std::env::var("CONFORM_ONLY").unwrap_or_default();
     for f in files.iter().filter(|f| f.to_string_lossy().contains(&only)) {

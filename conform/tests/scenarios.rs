@@ -11,6 +11,18 @@ fn scenarios_dir() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"))
 }
 
+/// Scenarios that crashed a stack under test (`conform/crashers`): uroce must pass them too.
+fn crashers_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/crashers"))
+}
+
+/// Every shipped scenario, then the crashers.
+fn shipped_files() -> Vec<std::path::PathBuf> {
+    let mut files = scenario_files(scenarios_dir()).unwrap();
+    files.extend(scenario_files(crashers_dir()).unwrap());
+    files
+}
+
 fn run_text(name: &str, text: &str) -> Outcome {
     let s = Scenario::parse(name, text).unwrap();
     run(&s, &mut SimTarget::new(SEED).unwrap())
@@ -22,7 +34,7 @@ fn shipped(name: &str) -> String {
 
 #[test]
 fn every_shipped_scenario_passes_in_the_simulator() {
-    let files = scenario_files(scenarios_dir()).unwrap();
+    let files = shipped_files();
     assert!(files.len() >= 69, "only {} scenarios", files.len());
     let mut failed = Vec::new();
     for f in &files {

@@ -16,10 +16,11 @@
 #     --dry-run    print the commands instead of running them (no root, no lab needed)
 #     --family     IPv6 only, IPv4 only, or both (the default)
 #
-# Environment: CONFORM (the runner, default target/release/uroce-conform), RXELAB_DIR, OUTDIR
+# Environment: CRASHERS (0: leave conform/crashers out), CONFORM (the runner, default target/release/uroce-conform), RXELAB_DIR, OUTDIR
 # (logs, default target/lab-conform), AGENT_PORT (the agent's TCP port in the guest, default
 # 7100; the guest's command server has 7000), SLACK (how late an expected packet may come,
-# default 100ms: the guests may be emulated), FUZZ_SECS (a fuzz run's length, see the end).
+# default 100ms: the guests may be emulated), FUZZ_SECS (a fuzz run's length, see the end;
+# FUZZ_SEED, FUZZ_WINDOW: its seed and how long it waits for answers to each packet).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LAB=${RXELAB_DIR:-$ROOT/../shared/rxe-lab}
@@ -133,12 +134,51 @@ case $FAMILY in
     both) table 6 $HOST6 "$GID6"; table 4 $HOST4 "$GID4" ;;
 esac
 
-# A fuzz run against the same agent, FUZZ_SECS seconds long (0: none). `uroce-conform fuzz`
-# is another piece of work; once it exists, something like:
-# if [ "$FUZZ_SECS" -gt 0 ]; then
-#     ns "$CONFORM" fuzz --agent "$GIP:$AGENT_PORT" --peer $HOST6 --gid-index "$GID6" --device rxe0 \
-#         --secs "$FUZZ_SECS" | tee "$OUTDIR/fuzz.txt" || STATUS=1
-# fi
-[ "$FUZZ_SECS" -gt 0 ] && echo "lab-conform: FUZZ_SECS=$FUZZ_SECS given, but no fuzz run is wired up yet" >&2
+# oops_since OFFSET: whether guest $G's serial console logged a kernel oops past OFFSET
+SERIAL=/var/tmp/rxe-lab/run/guest$G.log
+serial_size() { [ -e "$SERIAL" ] && stat -c %s "$SERIAL" || echo 0; }
+oops_since() {
+    [ $DRY = 0 ] && [ -e "$SERIAL" ] || return 1
+    tail -c +"$(($1 + 1))" "$SERIAL" | grep -E -i "oops|BUG:|kernel panic|general protection|WARNING: CPU" >"$2"
+}
+
+# The scenarios that crashed a stack under test (conform/crashers), last: they may take
+# the guest down. CRASHERS=0 leaves them out.
+if [ "${CRASHERS:-1}" = 1 ] && [ $FAMILY != 6 ]; then
+    from=$(serial_size)
+    echo "== crashers (conform/crashers) over IPv4: the guest's serial log is watched"
+    if [ $DRY = 1 ]; then
+        ns "$CONFORM" run --agent "$GIP:$AGENT_PORT" --peer $HOST4 --gid-index "$GID4" --device rxe0 --slack "$SLACK" "$ROOT/conform/crashers"
+    else
+        ns "$CONFORM" run --agent "$GIP:$AGENT_PORT" --peer $HOST4 --gid-index "$GID4" --device rxe0 --slack "$SLACK" "$ROOT/conform/crashers" | tee "$OUTDIR/table-crashers.txt"
+        [ "${PIPESTATUS[0]}" = 0 ] || STATUS=1
+    fi
+    if oops_since "$from" "$OUTDIR/crashers-oops.txt"; then
+        echo "crashers: guest $G's kernel logged an oops (first lines in $OUTDIR/crashers-oops.txt):"
+        head -n 3 "$OUTDIR/crashers-oops.txt"
+        STATUS=1
+        FUZZ_SECS=0   # the guest is gone
+    fi
+fi
+
+# A fuzz run against the same agent over IPv4 (the agent's first RoCE v2 IPv4 GID),
+# FUZZ_SECS seconds long (0: none), uroce in the simulator as the model; findings are saved
+# as scenarios in $OUTDIR/findings. The guest's serial console is watched for a kernel oops
+# (its log grows from the offset the run started at).
+FUZZ_SEED=${FUZZ_SEED:-$(date +%s)}
+if [ "$FUZZ_SECS" -gt 0 ]; then
+    from=$(serial_size)
+    echo "== fuzz: rxe0 over IPv4, $FUZZ_SECS s, seed $FUZZ_SEED" | tee "$OUTDIR/fuzz.txt"
+    ns "$CONFORM" fuzz --agent "$GIP:$AGENT_PORT" --peer $HOST4 --slack "$SLACK" \
+        --window "${FUZZ_WINDOW:-20ms}" --secs "$FUZZ_SECS" --seed "$FUZZ_SEED" --out "$OUTDIR/findings" \
+        | tee -a "$OUTDIR/fuzz.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || STATUS=1
+    if oops_since "$from" "$OUTDIR/fuzz-oops.txt"; then
+        echo "fuzz: guest $G's kernel logged an oops (see $OUTDIR/fuzz-oops.txt)" | tee -a "$OUTDIR/fuzz.txt"
+        STATUS=1
+    elif [ $DRY = 0 ]; then
+        echo "fuzz: no oops in guest $G's serial log" | tee -a "$OUTDIR/fuzz.txt"
+    fi
+fi
 
 exit $STATUS
