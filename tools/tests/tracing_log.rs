@@ -50,9 +50,10 @@ fn line_with<'a>(log: &'a str, parts: &[&str]) -> &'a str {
 }
 
 /// An RDMA WRITE with an R_Key the peer never registered, between two devices on loopback
-/// UDP, logged with the filter `filter`: the log, both QPs' `qpn=` fields, the requester's
+/// UDP (devices at `a` and `b`: each caller its own, as tests run at once), logged with the
+/// filter `filter`: the log, both QPs' `qpn=` fields, the requester's
 /// explained cause and the responder's `peer_qpn=` field as the requester's span shows it.
-fn bad_rkey_write(filter: &str) -> (String, String, String, String, String) {
+fn bad_rkey_write(filter: &str, a: &str, b: &str) -> (String, String, String, String, String) {
     let cap = Capture::default();
     let subscriber = tracing_subscriber::fmt()
         .compact()
@@ -71,7 +72,7 @@ fn bad_rkey_write(filter: &str) -> (String, String, String, String, String) {
         },
         ..UdpBackend::default()
     };
-    let (ca, cb) = contexts("127.27.0.1", "127.27.0.2", &backend);
+    let (ca, cb) = contexts(a, b, &backend);
     let a = end(&ca, QpType::Rc, 8192);
     let b = end(&cb, QpType::Rc, 8192);
     connect(&a, b.remote(), 100, 200);
@@ -115,7 +116,7 @@ fn bad_rkey_write(filter: &str) -> (String, String, String, String, String) {
 /// (its QPN); the responder logs the NAK it sent.
 #[test]
 fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
-    let (log, qa, qb, cause, peer_qpn) = bad_rkey_write("uroce=debug");
+    let (log, qa, qb, cause, peer_qpn) = bad_rkey_write("uroce=debug", "127.27.0.1", "127.27.0.2");
     eprintln!("{log}");
     line_with(
         &log,
@@ -164,13 +165,13 @@ fn a_write_with_a_bad_rkey_logs_the_nak_the_error_completion_and_err() {
 /// completion at WARN, the state change to ERR at INFO, and nothing of DEBUG.
 #[test]
 fn at_warn_and_info_the_error_completion_and_err_still_name_their_qp() {
-    let (log, qa, _, cause, _) = bad_rkey_write("uroce=warn");
+    let (log, qa, _, cause, _) = bad_rkey_write("uroce=warn", "127.27.0.3", "127.27.0.4");
     let wc_line = line_with(&log, &["WARN", "error completion", "name=ua", &qa]);
     assert!(wc_line.contains(&format!("cause={cause}")), "{wc_line}");
     assert!(!log.contains("QP state changed"), "{log}");
     assert!(!log.contains("DEBUG"), "{log}");
 
-    let (log, qa, _, _, peer_qpn) = bad_rkey_write("uroce=info");
+    let (log, qa, _, _, peer_qpn) = bad_rkey_write("uroce=info", "127.27.0.5", "127.27.0.6");
     line_with(&log, &["WARN", "error completion", &qa]);
     line_with(
         &log,
