@@ -39,12 +39,12 @@ build:
 # `uroce exec` finds the libraries in uroce-lib/ next to the uroce binary of the same profile.
 cabi:
 	$(CARGO) build -p uroce-ibverbs --lib
-	$(CARGO) build -p uroce-verbs --bin uroce
+	$(CARGO) build -p uroce-tools --bin uroce
 	bash verbs-api/ibverbs/link.sh $${CARGO_TARGET_DIR:-target}/debug
 
 cabi-release:
 	$(CARGO) build --release -p uroce-ibverbs --lib
-	$(CARGO) build --release -p uroce-verbs --bin uroce
+	$(CARGO) build --release -p uroce-tools --bin uroce
 	bash verbs-api/ibverbs/link.sh $${CARGO_TARGET_DIR:-target}/release
 
 test: fmt-check clippy unit-test fuzz-smoke

@@ -5,6 +5,7 @@ use crate::device::Device;
 use crate::error::{Error, Resource, Result};
 use crate::event::AsyncEvent;
 use crate::explain::{CauseCode, CauseLog, ErrorCause};
+use crate::recv_buf::RecvBuf;
 use crate::wc::{WcStatus, WorkCompletion};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -33,7 +34,8 @@ pub enum Arm {
 struct CqState {
     /// Entries the CQ holds at most (`ibv_cq::cqe`; changed by [`CompletionQueue::resize`]).
     depth: u32,
-    entries: VecDeque<WorkCompletion>,
+    /// Completions, each with the pool buffer of its receive WQE if it had one.
+    entries: VecDeque<(WorkCompletion, Option<RecvBuf>)>,
     arm: Arm,
     overflowed: bool,
     /// The causes of recent error completions (see [`CompletionQueue::explain`]); empty
@@ -121,14 +123,14 @@ impl CompletionQueue {
     /// Event bit. On overflow (IBTA §11.4.2: the CQ is in error) the entry is
     /// lost, the CQ stays in error and `CqErr` is raised once; returns `false` then.
     pub fn push(&self, wc: WorkCompletion, solicited: bool) -> bool {
-        self.push_inner(wc, solicited, None)
+        self.push_with(wc, solicited, None, None)
     }
 
     /// Adds an error completion and keeps its cause for [`CompletionQueue::explain`]
     /// (`wc.status` and `wc.vendor_err` are the cause's). As [`CompletionQueue::push`]
     /// otherwise.
     pub fn push_explained(&self, wc: WorkCompletion, cause: ErrorCause) -> bool {
-        self.push_inner(wc, false, Some(cause))
+        self.push_with(wc, false, Some(cause), None)
     }
 
     /// The cause of the error completion `wc` polled from this CQ: which check failed and
@@ -140,7 +142,17 @@ impl CompletionQueue {
         self.state.lock().causes.find(wc.qp_num, wc.wr_id, code)
     }
 
-    fn push_inner(&self, wc: WorkCompletion, solicited: bool, cause: Option<ErrorCause>) -> bool {
+    /// [`push`](Self::push) or, with a `cause`, [`push_explained`](Self::push_explained),
+    /// with the pool buffer of the completed receive WQE (see [`crate::recv_buf`]):
+    /// [`poll_bufs`](Self::poll_bufs) hands it out. On overflow the buffer goes back to
+    /// its pool.
+    pub fn push_with(
+        &self,
+        wc: WorkCompletion,
+        solicited: bool,
+        cause: Option<ErrorCause>,
+        buf: Option<RecvBuf>,
+    ) -> bool {
         let mut st = self.state.lock();
         if st.overflowed || st.entries.len() >= st.depth as usize {
             let first = !st.overflowed;
@@ -151,7 +163,7 @@ impl CompletionQueue {
             }
             return false;
         }
-        st.entries.push_back(wc);
+        st.entries.push_back((wc, buf));
         if let Some(c) = cause {
             st.causes.record(wc.qp_num, wc.wr_id, c);
         }
@@ -174,18 +186,42 @@ impl CompletionQueue {
 
     /// Moves up to `out.len()` completions, oldest first, into `out`; returns how many
     /// (`ibv_poll_cq(3)`).
+    /// (`ibv_poll_cq(3)`). The pool buffers of receive completions go back to their pools
+    /// (use [`poll_bufs`](Self::poll_bufs) to get them).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> usize {
         let mut st = self.state.lock();
         let n = out.len().min(st.entries.len());
-        for (slot, wc) in out.iter_mut().zip(st.entries.drain(..n)) {
+        // Buffers are dropped once the lock is released (no allocation unless there are).
+        let mut dropped = Vec::new();
+        for (slot, (wc, buf)) in out.iter_mut().zip(st.entries.drain(..n)) {
             *slot = wc;
+            dropped.extend(buf);
         }
+        drop(st);
+        drop(dropped);
         n
     }
 
-    /// Takes the oldest completion.
+    /// Takes the oldest completion (its pool buffer, if any, goes back to its pool).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.poll_one_buf().map(|(wc, _)| wc)
+    }
+
+    /// Takes the oldest completion with the pool buffer of its receive WQE, if it had one
+    /// (see [`crate::recv_buf`]).
+    pub fn poll_one_buf(&self) -> Option<(WorkCompletion, Option<RecvBuf>)> {
         self.state.lock().entries.pop_front()
+    }
+
+    /// Moves up to `max` completions, oldest first, to the end of `out`, each with the pool
+    /// buffer of its receive WQE if it had one; returns how many. The program then owns
+    /// the buffers and reads them in place (see [`crate::recv_buf`]). `out` keeps its
+    /// capacity between polls, so a reused vector allocates nothing.
+    pub fn poll_bufs(&self, out: &mut Vec<(WorkCompletion, Option<RecvBuf>)>, max: usize) -> usize {
+        let mut st = self.state.lock();
+        let n = max.min(st.entries.len());
+        out.extend(st.entries.drain(..n));
+        n
     }
 
     /// Completions waiting to be polled.

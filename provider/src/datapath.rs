@@ -203,6 +203,13 @@ impl Datapath {
         Some(t)
     }
 
+    /// The live QPs, in QPN order.
+    pub(crate) fn live_qps(&self) -> Vec<Arc<QueuePair>> {
+        let mut qps: Vec<_> = self.qps.lock().values().filter_map(Weak::upgrade).collect();
+        qps.sort_by_key(|q| q.qpn());
+        qps
+    }
+
     fn lookup(&self, qpn: u32) -> Option<Arc<QueuePair>> {
         self.qps.lock().get(&qpn).and_then(Weak::upgrade)
     }
@@ -520,6 +527,14 @@ impl Device {
     /// that happen before a QP is found.
     pub fn counters(&self) -> DeviceCounters {
         self.dp.counters.snapshot()
+    }
+
+    /// The QPs of this device that are still alive (created and not yet destroyed, the
+    /// GSI QP included), in QPN order: for observers such as `uroce stat`, which read
+    /// each one's [`QueuePair::counters`] and [`QueuePair::query`]. A snapshot: QPs
+    /// created or destroyed afterwards are not reflected.
+    pub fn qps(&self) -> Vec<Arc<QueuePair>> {
+        self.dp.live_qps()
     }
 
     pub(crate) fn datapath(&self) -> &Datapath {

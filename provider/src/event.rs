@@ -73,6 +73,23 @@ impl AsyncEvent {
     }
 }
 
+impl AsyncEvent {
+    /// The QP number of an event about a QP, `None` for CQ, SRQ and port events.
+    pub fn qpn(&self) -> Option<u32> {
+        match *self {
+            AsyncEvent::QpFatal { qpn }
+            | AsyncEvent::QpReqErr { qpn }
+            | AsyncEvent::QpAccessErr { qpn }
+            | AsyncEvent::CommEst { qpn }
+            | AsyncEvent::SqDrained { qpn }
+            | AsyncEvent::QpLastWqeReached { qpn } => Some(qpn),
+            AsyncEvent::CqErr { .. }
+            | AsyncEvent::PortActive { .. }
+            | AsyncEvent::SrqLimitReached { .. } => None,
+        }
+    }
+}
+
 /// libibverbs' event name and the object in hex, as the rest of uroce prints numbers:
 /// "local work queue catastrophic error (IBV_EVENT_QP_FATAL) on QP 0x00012a".
 impl fmt::Display for AsyncEvent {
@@ -152,6 +169,17 @@ impl EventQueue {
         self.queue.lock().pop_front()
     }
 
+    /// Takes every queued event of QP `qpn`, oldest first, and leaves the others queued in
+    /// their order: a test or a scenario that owns one QP reads its events without
+    /// draining those of other QPs ([`crate::qp::QueuePair::take_events`]).
+    pub fn take_qp(&self, qpn: u32) -> Vec<AsyncEvent> {
+        let mut q = self.queue.lock();
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) =
+            q.drain(..).partition(|e| e.qpn() == Some(qpn));
+        *q = rest;
+        mine.into()
+    }
+
     /// Number of queued events.
     pub fn len(&self) -> usize {
         self.queue.lock().len()
@@ -174,7 +202,26 @@ impl EventQueue {
 
 #[cfg(test)]
 mod display_tests {
-    use super::AsyncEvent;
+    use super::{AsyncEvent, EventQueue};
+
+    #[test]
+    fn take_qp_takes_one_qps_events_and_keeps_the_rest_in_order() {
+        let q = EventQueue::default();
+        q.push(AsyncEvent::CommEst { qpn: 1 });
+        q.push(AsyncEvent::CommEst { qpn: 2 });
+        q.push(AsyncEvent::CqErr { cq: 1 });
+        q.push(AsyncEvent::QpFatal { qpn: 1 });
+        assert_eq!(
+            q.take_qp(1),
+            [
+                AsyncEvent::CommEst { qpn: 1 },
+                AsyncEvent::QpFatal { qpn: 1 }
+            ]
+        );
+        assert_eq!(q.pop(), Some(AsyncEvent::CommEst { qpn: 2 }));
+        assert_eq!(q.pop(), Some(AsyncEvent::CqErr { cq: 1 }));
+        assert!(q.take_qp(1).is_empty() && q.is_empty());
+    }
 
     #[test]
     fn events_print_libibverbs_names_and_hex_numbers() {

@@ -47,6 +47,7 @@ pub mod mr;
 pub mod mw;
 pub mod pd;
 pub mod qp;
+pub mod recv_buf;
 pub mod sim;
 pub mod srq;
 pub mod time;

@@ -19,6 +19,15 @@
 //! anyway; there uroce uses word accesses where aligned and byte accesses at the edges, so
 //! that it never touches a byte outside the registration.
 //!
+//! # Receive buffer pools
+//!
+//! A region made by `MemoryRegion::alloc_recv_pool` backs a [`crate::recv_buf::RecvPool`]:
+//! LOCAL_WRITE only, and its keys are refused everywhere a key is looked up
+//! ([`AccessFault::RecvPool`]: local SGEs of any WR, RETHs, AtomicETHs, FLUSHes, memory
+//! window binds). Its bytes are reached only through the pool's receive buffers, each the
+//! one owner of its slot, so a buffer whose receive has completed may be read in place
+//! without atomics (the argument is in [`crate::recv_buf`]).
+//!
 //! # Deregistration
 //!
 //! Once [`MemoryRegion::deregister`] returns, nothing touches the region's memory again
@@ -152,6 +161,13 @@ pub enum AccessFault {
         /// The address.
         va: u64,
     },
+    /// The key names the region of a receive buffer pool, which only its own buffers
+    /// reach (see [`crate::recv_buf`]): no SGE, RETH or window may name it.
+    #[error("memory region {key:#010x} is a receive buffer pool's: only its own buffers (post_recv_buf) reach it")]
+    RecvPool {
+        /// The key.
+        key: u32,
+    },
 }
 
 /// The memory of a re-registered region ([`MemoryRegion::reregister`],
@@ -192,6 +208,8 @@ pub struct MemoryRegion {
     storage: Storage,
     /// Copies in progress (the low bits) and [`DEREGISTERED`] (see the module docs).
     pins: AtomicU32,
+    /// A receive buffer pool's region (see the module docs): its keys are refused.
+    recv_pool: bool,
     /// Memory windows bound to the region (changed under the device's resource lock):
     /// while there are any, [`MemoryRegion::try_deregister`] refuses.
     pub(crate) windows: AtomicU32,
@@ -226,6 +244,7 @@ impl std::fmt::Debug for MemoryRegion {
             .field("addr", &format_args!("{:#x}", self.addr))
             .field("len", &self.len)
             .field("owned", &matches!(self.storage, Storage::Owned(_)))
+            .field("recv_pool", &self.recv_pool)
             .finish()
     }
 }
@@ -234,7 +253,25 @@ impl MemoryRegion {
     /// Registers `len` zeroed bytes of memory owned by the region (`ibv_reg_mr(3)` on
     /// fresh memory). `access` is checked with [`AccessFlags::validate`].
     pub fn alloc(pd: &Arc<ProtectionDomain>, len: usize, access: u32) -> Result<Arc<MemoryRegion>> {
-        let access = AccessFlags::validate(access)?;
+        Self::alloc_owned(pd, len, AccessFlags::validate(access)?, false)
+    }
+
+    /// Registers `len` zeroed bytes as the region of a receive buffer pool: LOCAL_WRITE
+    /// only, keys refused by every look-up (see the module docs). Errors as
+    /// [`alloc`](Self::alloc).
+    pub(crate) fn alloc_recv_pool(
+        pd: &Arc<ProtectionDomain>,
+        len: usize,
+    ) -> Result<Arc<MemoryRegion>> {
+        Self::alloc_owned(pd, len, AccessFlags::LOCAL_WRITE, true)
+    }
+
+    fn alloc_owned(
+        pd: &Arc<ProtectionDomain>,
+        len: usize,
+        access: AccessFlags,
+        recv_pool: bool,
+    ) -> Result<Arc<MemoryRegion>> {
         let dev = pd.device().clone();
         if len as u64 > dev.limits().max_mr_size {
             return Err(Error::AboveLimit {
@@ -249,7 +286,14 @@ impl MemoryRegion {
             .map_err(|_| Error::NoMemory { bytes: len as u64 })?;
         v.resize_with(words, || AtomicU64::new(0));
         let words: Arc<[AtomicU64]> = v.into();
-        Self::install(pd, access, None, len as u64, Storage::Owned(words))
+        Self::install(
+            pd,
+            access,
+            None,
+            len as u64,
+            Storage::Owned(words),
+            recv_pool,
+        )
     }
 
     /// Registers `storage` (`len` bytes) on `pd` with fresh keys: at virtual address `addr`,
@@ -261,6 +305,7 @@ impl MemoryRegion {
         addr: Option<u64>,
         len: u64,
         storage: Storage,
+        recv_pool: bool,
     ) -> Result<Arc<MemoryRegion>> {
         let dev = pd.device().clone();
         dev.reserve(Resource::Mr)?;
@@ -285,6 +330,7 @@ impl MemoryRegion {
             ptr,
             storage,
             pins: AtomicU32::new(0),
+            recv_pool,
             windows: AtomicU32::new(0),
         });
         r.mrs.insert(&mr);
@@ -338,7 +384,14 @@ impl MemoryRegion {
                     Storage::Raw => Storage::Raw,
                 };
                 let access = AccessFlags::validate(access)?;
-                Self::install(pd, access, Some(self.addr), self.len, storage)?
+                Self::install(
+                    pd,
+                    access,
+                    Some(self.addr),
+                    self.len,
+                    storage,
+                    self.recv_pool,
+                )?
             }
             Translation::Owned(len) => Self::alloc(pd, len, access)?,
             // SAFETY: forwarded to the caller.
@@ -401,7 +454,14 @@ impl MemoryRegion {
                 len: len as u64,
             });
         }
-        Self::install(pd, access, Some(ptr as u64), len as u64, Storage::Raw)
+        Self::install(
+            pd,
+            access,
+            Some(ptr as u64),
+            len as u64,
+            Storage::Raw,
+            false,
+        )
     }
 
     /// Deregisters the region (`ibv_dereg_mr(3)`): its keys are refused from now on, every
@@ -495,6 +555,30 @@ impl MemoryRegion {
     /// The protection domain.
     pub fn pd(&self) -> &Arc<ProtectionDomain> {
         &self.pd
+    }
+
+    /// Whether this is a receive buffer pool's region (see the module docs).
+    pub fn is_recv_pool(&self) -> bool {
+        self.recv_pool
+    }
+
+    /// The first byte of a region whose memory it owns (`None` for a raw one). Writing
+    /// through the pointer is allowed (the words are atomics, so their bytes are
+    /// interior-mutable) but races with the region's copies unless the caller owns the
+    /// bytes exclusively, as a receive buffer pool's buffers do (see [`crate::recv_buf`]).
+    pub(crate) fn owned_ptr(&self) -> Option<*mut u8> {
+        match &self.storage {
+            Storage::Owned(words) => Some(words.as_ptr() as *mut u8),
+            Storage::Raw => None,
+        }
+    }
+
+    /// [`AccessFault::RecvPool`] for a receive buffer pool's region, named by `key`.
+    fn refuse_pool(&self, key: u32) -> Result<(), AccessFault> {
+        if self.recv_pool {
+            return Err(AccessFault::RecvPool { key });
+        }
+        Ok(())
     }
 
     /// Checks that `va..va+len` lies inside the region and `needed` is granted.
@@ -846,7 +930,9 @@ impl MrTable {
 
     /// The live region with L_Key `lkey`.
     pub(crate) fn region_by_lkey(&self, lkey: u32) -> Option<Arc<MemoryRegion>> {
-        Self::lookup(&self.by_lkey, lkey).ok()
+        Self::lookup(&self.by_lkey, lkey)
+            .ok()
+            .filter(|m| !m.recv_pool)
     }
 
     fn fresh_keys(&self, rng: &mut impl Rng) -> (u32, u32) {
@@ -905,6 +991,7 @@ impl MrTable {
                 .check_remote(pd, qpn, rkey, va, len, needed)
                 .map(Some);
         };
+        mr.refuse_pool(rkey)?;
         if mr.pd.id() != pd {
             return Err(AccessFault::PdMismatch { key: rkey });
         }
@@ -936,6 +1023,7 @@ impl MrTable {
             };
             return self.mws.check_remote(pd, qpn, rkey, va, len, needed);
         };
+        mr.refuse_pool(rkey)?;
         if mr.pd.id() != pd {
             return Err(AccessFault::PdMismatch { key: rkey });
         }
@@ -955,6 +1043,7 @@ impl MrTable {
         needed: AccessFlags,
     ) -> Result<Arc<MemoryRegion>, AccessFault> {
         let mr = Self::lookup(&self.by_lkey, lkey)?;
+        mr.refuse_pool(lkey)?;
         if mr.pd.id() != pd {
             return Err(AccessFault::PdMismatch { key: lkey });
         }

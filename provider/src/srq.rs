@@ -193,8 +193,33 @@ impl SharedReceiveQueue {
             inner.queue.push_back(RecvWqe {
                 wr: wr.clone(),
                 index: idx,
+                buf: None,
             });
         }
+        Ok(())
+    }
+
+    /// Posts the pool buffer `buf` as a receive WR with `wr_id` (see [`crate::recv_buf`]):
+    /// it belongs to the WQE until the completion of whichever QP takes it hands it back.
+    /// Errors, giving the buffer back: `QueueFull`, and `Sge` with `PdMismatch` for a pool
+    /// of another protection domain than the SRQ's.
+    pub fn post_recv_buf(
+        &self,
+        buf: crate::recv_buf::RecvBuf,
+        wr_id: u64,
+    ) -> Result<(), crate::recv_buf::PostBufError> {
+        let buf = buf.for_pd(&self.pd)?;
+        let mut inner = self.inner.lock();
+        let max = inner.attr.max_wr;
+        if inner.queue.len() >= max as usize {
+            return Err(crate::recv_buf::PostBufError {
+                buf,
+                reason: WrError::QueueFull { max },
+            });
+        }
+        let index = inner.next_index;
+        inner.next_index += 1;
+        inner.queue.push_back(buf.into_wqe(wr_id, index));
         Ok(())
     }
 

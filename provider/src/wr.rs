@@ -508,10 +508,23 @@ pub struct SendWqe {
 }
 
 /// A posted receive WR as the responder will consume it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct RecvWqe {
     /// The request.
     pub wr: RecvWr,
     /// The WR's position in its queue since creation.
     pub index: u64,
+    /// The pool buffer the data goes to, instead of `wr.sg_list` (empty then): posted with
+    /// `post_recv_buf`, handed back with the completion (see [`crate::recv_buf`]).
+    pub buf: Option<crate::recv_buf::RecvBuf>,
+}
+
+impl RecvWqe {
+    /// Bytes the WQE can receive: its buffer's capacity, or the sum of its SGEs.
+    pub fn capacity(&self) -> u64 {
+        match &self.buf {
+            Some(b) => b.capacity().into(),
+            None => self.wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
 }

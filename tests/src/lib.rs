@@ -1,6 +1,8 @@
-//! Helpers shared by the integration tests in `tests/tests/`: where the rxe reference
-//! captures are, how to read them, and a builder of sample frames for every opcode.
+//! Helpers shared by the integration tests in `tests/tests/`: the conformance agent's
+//! client ([`agent`]), where the rxe reference captures are, how to read them, and a
+//! builder of sample frames for every opcode.
 
+pub mod agent;
 pub mod sim;
 
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -131,6 +131,12 @@
 //! device list is read and when a device opens). What is logged at which level:
 //! `uroce_provider::trace`.
 //!
+//! ## Seen from outside: `uroce stat`
+//!
+//! A process that opened a device serves a read-only snapshot of its devices, counters
+//! and QPs on the abstract Unix socket `@uroce/PID`, to its own user only, from one idle
+//! thread; `uroce stat` reads it. `UROCE_CONTROL=0` turns it off. See [`control`].
+//!
 //! ## Randomness
 //!
 //! R_Keys, L_Keys and QP numbers are unpredictable: a context draws a seed from the
@@ -141,6 +147,7 @@
 #[cfg(feature = "tokio")]
 pub mod aio;
 pub mod connect;
+pub mod control;
 mod eventfd;
 mod logging;
 mod objects;
@@ -163,11 +170,12 @@ pub use uroce_provider::mcast::{McastError, MULTICAST_QPN};
 pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::mw::{BindError, InvalidateError, MwType};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
+pub use uroce_provider::recv_buf::{PostBufError, RecvBuf, RecvPool, BUF_ALIGN};
 /// The simulated fabric as a backend (open devices with [`Device::open_on`]; polling a
 /// CQ drives the fabric's virtual clock).
 pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
 pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
-pub use uroce_provider::transport::ud::grh_source;
+pub use uroce_provider::transport::ud::{grh_source, GRH_LEN};
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use uroce_provider::wr::{
     BadWr, FlushLevel, FlushType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError,

@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use uroce_provider as p;
 use uroce_provider::backend::{Backend, Driver};
 use uroce_provider::mw::MwType;
+use uroce_provider::recv_buf::{PostBufError, RecvBuf, RecvPool};
 use uroce_provider::wr::{BadWr, RecvWr, SendFlags, SendOp, SendWr, UdDest};
 
 /// The list of configured devices (`ibv_get_device_list(3)`): from `UROCE_DEVICES` (when
@@ -166,6 +167,7 @@ impl Device {
         let dev = opened.device;
         let async_fd = Arc::new(EventFd::new()?);
         dev.events().set_sink(Arc::new(FdSink(async_fd.clone())));
+        crate::control::register(&dev, backend.name());
         Ok(Context {
             inner: Arc::new(ContextInner {
                 dev,
@@ -391,16 +393,27 @@ impl Context {
         }
     }
 
-    /// Takes the next asynchronous event if there is one, without blocking.
+    /// Takes the next asynchronous event if there is one, without blocking. Taking the
+    /// last one makes [`Context::async_fd`] unreadable again.
     pub fn try_get_async_event(&self) -> Option<AsyncEvent> {
-        if let Some(ev) = self.inner.dev.events().pop() {
+        let events = self.inner.dev.events();
+        if let Some(ev) = events.pop() {
+            if events.is_empty() {
+                // As the kernel's async fd: readable only while events wait (a program
+                // that polls the fd before each ibv_get_async_event would block in it).
+                // An event queued between the check and the clear signals again here.
+                self.inner.async_fd.clear();
+                if !events.is_empty() {
+                    self.inner.async_fd.signal();
+                }
+            }
             return Some(ev);
         }
         self.inner.async_fd.clear();
-        self.inner.dev.events().pop()
+        events.pop()
     }
 
-    /// A descriptor that is readable while asynchronous events may be waiting
+    /// A descriptor that is readable while asynchronous events wait
     /// (`ibv_context::async_fd`), for poll/epoll. Valid while the context lives.
     pub fn async_fd(&self) -> RawFd {
         self.inner.async_fd.fd()
@@ -470,6 +483,18 @@ impl Pd {
         Ok(Mr {
             inner: unsafe { p::mr::MemoryRegion::register_raw(&self.inner, ptr, len, access)? },
         })
+    }
+
+    /// Registers a pool of `count` receive buffers of `buf_size` bytes, read in place
+    /// (zero-copy receive; see [`RecvPool`] and `uroce_provider::recv_buf`): one region,
+    /// LOCAL_WRITE only, that no SGE, peer or window can name. Take buffers with
+    /// [`RecvPool::take`], post them with [`Qp::post_recv_buf`] or [`Srq::post_recv_buf`],
+    /// get them back with their completions from [`Cq::poll_bufs`].
+    ///
+    /// Errors: `count` or `buf_size` 0 ([`VerbsError::Zero`]), more than `max_mr_size`
+    /// bytes in all ([`VerbsError::AboveLimit`]), no region left ([`VerbsError::Exhausted`]).
+    pub fn create_recv_pool(&self, count: u32, buf_size: u32) -> Result<RecvPool> {
+        RecvPool::create(&self.inner, count, buf_size)
     }
 
     /// Allocates a memory window of type `ty` on this PD (`ibv_alloc_mw(3)`; IBTA vol. 1
@@ -753,9 +778,28 @@ impl Cq {
     }
 
     /// The oldest completion, if any (makes progress first on a polled-mode device).
+    /// The pool buffer of a receive posted with [`Qp::post_recv_buf`] goes back to its pool
+    /// ([`Cq::poll_bufs`] hands it out instead).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
         progress(&self.inner.driver);
         self.inner.cq.poll_one()
+    }
+
+    /// Appends up to `max` completions, oldest first, to `out`, each with the pool buffer
+    /// of its receive if it was posted with [`Qp::post_recv_buf`] (`None` otherwise);
+    /// returns how many. The buffer derefs to exactly the bytes received, read in place
+    /// (`byte_len` of them for a SEND; empty for an error or an RDMA WRITE with
+    /// immediate). Reuse `out` (clear it) and nothing is allocated. Makes progress first
+    /// on a polled-mode device, as [`Cq::poll`].
+    pub fn poll_bufs(&self, out: &mut Vec<(WorkCompletion, Option<RecvBuf>)>, max: usize) -> usize {
+        progress(&self.inner.driver);
+        self.inner.cq.poll_bufs(out, max)
+    }
+
+    /// The oldest completion with its pool buffer, as [`Cq::poll_bufs`] for one.
+    pub fn poll_one_buf(&self) -> Option<(WorkCompletion, Option<RecvBuf>)> {
+        progress(&self.inner.driver);
+        self.inner.cq.poll_one_buf()
     }
 
     /// Why the error completion `wc`, polled from this CQ, failed: which check, with what
@@ -1027,6 +1071,18 @@ impl Qp {
     /// Posts a chain of receive WRs (`ibv_post_recv(3)`); see [`BadWr`].
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
         self.inner.post_recv(wrs)
+    }
+
+    /// Posts the pool buffer `buf` (of [`Pd::create_recv_pool`]) as a receive WR with
+    /// `wr_id`: the buffer is the device's until the WR completes, and [`Cq::poll_bufs`]
+    /// hands it back with the completion, holding the message (the GRH and the datagram
+    /// on UD). A QP in ERR completes it at once with `WR_FLUSH_ERR`, the buffer with it.
+    ///
+    /// Errors, giving the buffer back ([`PostBufError::buf`]): a QP in RESET or with an
+    /// SRQ, a full receive queue, a pool of another PD (`WrError::Sge` with
+    /// `AccessFault::PdMismatch`).
+    pub fn post_recv_buf(&self, buf: RecvBuf, wr_id: u64) -> Result<(), PostBufError> {
+        self.inner.post_recv_buf(buf, wr_id)
     }
 
     /// Binds the type 1 window `mw` (`ibv_bind_mw(3)`): posts a bind WR on this QP (RC or
@@ -1344,6 +1400,13 @@ impl Srq {
     /// Posts receive WRs (`ibv_post_srq_recv(3)`).
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
         self.inner.post_recv(wrs)
+    }
+
+    /// Posts the pool buffer `buf` as a receive WR with `wr_id`, as [`Qp::post_recv_buf`]:
+    /// the completion of whichever QP takes it hands it back. Errors, giving the buffer
+    /// back: a full SRQ, a pool of another PD.
+    pub fn post_recv_buf(&self, buf: RecvBuf, wr_id: u64) -> Result<(), PostBufError> {
+        self.inner.post_recv_buf(buf, wr_id)
     }
 
     /// Destroys it (`ibv_destroy_srq(3)`): refused with `Busy` while a QP uses it.

@@ -7,7 +7,6 @@
 use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::pin::{pin, Pin};
 use std::process::{Command, Stdio};
 use std::task::Poll;
@@ -326,8 +325,11 @@ async fn a_polled_progress_device_is_refused() {
 /// server says it listens), each bounded by its own 30 s deadline.
 #[test]
 fn async_echo_example_runs_as_two_processes() {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_uroce"));
-    let exe = bin.parent().unwrap().join("examples").join("async_echo");
+    // This test runs as target/<profile>/deps/async_api-HASH; the examples are built
+    // into target/<profile>/examples.
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let exe = profile.join("examples").join("async_echo");
     assert!(
         exe.exists(),
         "example async_echo not built at {}: run `cargo build -p uroce-verbs --features tokio \

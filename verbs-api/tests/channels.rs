@@ -351,6 +351,18 @@ fn cq_overflow_is_an_async_event_on_the_fd_and_its_qp_goes_to_err() {
 }
 
 #[test]
+fn the_async_fd_is_unreadable_once_the_last_event_is_taken() {
+    // Found by the conformance agent: poll said readable after the only event was taken,
+    // and the C program's ibv_get_async_event then blocked.
+    let (_ca, cb) = two();
+    while cb.try_get_async_event().is_some() {}
+    events_support::last_wqe_reached(&cb);
+    assert!(readable(cb.async_fd()));
+    cb.get_async_event().unwrap();
+    assert!(!readable(cb.async_fd()));
+}
+
+#[test]
 fn last_wqe_reached_names_the_qp() {
     let (_ca, cb) = two();
     while cb.try_get_async_event().is_some() {}

@@ -10,11 +10,7 @@ use uroce_verbs::*;
 
 /// Connected RC ends on two devices of `sim`.
 fn rc_pair(sim: &SimBackend) -> (End, End) {
-    let (ca, cb) = contexts("10.0.0.1", "10.0.0.2", sim);
-    let (a, b) = (end(&ca, QpType::Rc, 1 << 16), end(&cb, QpType::Rc, 1 << 16));
-    connect(&a, b.remote(), 100, 200);
-    connect(&b, a.remote(), 200, 100);
-    (a, b)
+    sim_rc_pair(sim, 1 << 16)
 }
 
 fn send_and_check(a: &End, b: &End, n: u64) {

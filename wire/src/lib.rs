@@ -5,7 +5,8 @@
 //! AtomicETH, AtomicAckETH, ImmDt, IETH, DETH, FETH, the Ethernet/IPv4/IPv6/UDP framing
 //! around them, and the ICRC; and the management datagrams of the Communication Manager
 //! that travel on QP1 (IBTA vol. 1 ch. 12 and §13.4, [`mad`]), with the RDMA CM's IP
-//! addressing header (annex A11, [`mad::cma`]).
+//! addressing header (annex A11, [`mad::cma`]). [`kit`] builds any packet from fields with a
+//! correct (or deliberately wrong) ICRC and matches received ones against field patterns.
 //!
 //! Pure code: no I/O, no allocation when parsing.
 //!
@@ -41,6 +42,9 @@ pub mod udp;
 
 // Management datagrams: the Communication Manager on QP1.
 pub mod mad;
+
+// Building and matching packets from fields, for tests, fuzzers and scenarios.
+pub mod kit;
 
 pub use ecn::Ecn;
 pub use error::{Error, Result};

@@ -230,6 +230,12 @@ impl QueuePair {
         self.inner.lock().attr.qp_state
     }
 
+    /// Takes this QP's queued asynchronous events (IBTA §11.6.3), oldest first, from its
+    /// device's queue ([`crate::event::EventQueue::take_qp`]); other QPs' events stay.
+    pub fn take_events(&self) -> Vec<crate::event::AsyncEvent> {
+        self.pd().device().events().take_qp(self.qpn())
+    }
+
     /// All current attributes (`ibv_query_qp(3)`).
     pub fn query(&self) -> QpAttr {
         let a = self.inner.lock().attr;
@@ -715,50 +721,90 @@ impl QueuePair {
     /// the WRs complete at once with `WR_FLUSH_ERR`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), BadWr> {
         let mut inner = self.inner.lock();
-        let state = inner.attr.qp_state;
         let mut result = Ok(());
         for (index, wr) in wrs.iter().enumerate() {
             let check = || {
-                if self.srq.is_some() {
-                    return Err(WrError::QpHasSrq);
-                }
-                if state == QpState::Reset {
-                    return Err(WrError::QpState {
-                        what: "receive",
-                        state,
-                        hint: "move the QP to INIT first",
-                    });
-                }
-                if wr.sg_list.len() > self.cap.max_recv_sge as usize {
-                    return Err(WrError::TooManySge {
-                        num: wr.sg_list.len(),
-                        max: self.cap.max_recv_sge,
-                    });
-                }
-                if inner.rq.len() >= self.cap.max_recv_wr as usize {
-                    return Err(WrError::QueueFull {
-                        max: self.cap.max_recv_wr,
-                    });
-                }
+                self.check_recv_queue(&inner, wr.sg_list.len())?;
                 self.check_sges(&wr.sg_list, AccessFlags::LOCAL_WRITE)
             };
             if let Err(reason) = check() {
                 result = Err(BadWr { index, reason });
                 break;
             }
-            let idx = inner.next_rq_index;
-            inner.next_rq_index += 1;
-            inner.rq.push_back(RecvWqe {
+            self.push_recv(&mut inner, |index| RecvWqe {
                 wr: wr.clone(),
-                index: idx,
+                index,
+                buf: None,
             });
         }
-        if state == QpState::Err {
+        self.after_recv_post(inner);
+        result
+    }
+
+    /// Posts the pool buffer `buf` as a receive WR with `wr_id` (see [`crate::recv_buf`]):
+    /// the buffer belongs to the WQE until its completion hands it back
+    /// (`CompletionQueue::poll_bufs`); the message lands in the buffer alone. The rules of
+    /// [`QueuePair::post_recv`] apply (in ERR it completes at once with `WR_FLUSH_ERR`, its
+    /// buffer with it).
+    ///
+    /// Errors, giving the buffer back: `QpHasSrq`, `QpState` (RESET), `QueueFull`, and
+    /// `Sge` with `PdMismatch` for a pool of another protection domain than the QP's.
+    pub fn post_recv_buf(
+        &self,
+        buf: crate::recv_buf::RecvBuf,
+        wr_id: u64,
+    ) -> Result<(), crate::recv_buf::PostBufError> {
+        let buf = buf.for_pd(&self.pd)?;
+        let mut inner = self.inner.lock();
+        if let Err(reason) = self.check_recv_queue(&inner, 0) {
+            return Err(crate::recv_buf::PostBufError { buf, reason });
+        }
+        self.push_recv(&mut inner, |index| buf.into_wqe(wr_id, index));
+        self.after_recv_post(inner);
+        Ok(())
+    }
+
+    /// The checks of a receive post of `nsge` SGEs but those of the SGEs themselves.
+    fn check_recv_queue(&self, inner: &QpInner, nsge: usize) -> Result<(), WrError> {
+        if self.srq.is_some() {
+            return Err(WrError::QpHasSrq);
+        }
+        let state = inner.attr.qp_state;
+        if state == QpState::Reset {
+            return Err(WrError::QpState {
+                what: "receive",
+                state,
+                hint: "move the QP to INIT first",
+            });
+        }
+        if nsge > self.cap.max_recv_sge as usize {
+            return Err(WrError::TooManySge {
+                num: nsge,
+                max: self.cap.max_recv_sge,
+            });
+        }
+        if inner.rq.len() >= self.cap.max_recv_wr as usize {
+            return Err(WrError::QueueFull {
+                max: self.cap.max_recv_wr,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues the WQE `make` builds for its index.
+    fn push_recv(&self, inner: &mut QpInner, make: impl FnOnce(u64) -> RecvWqe) {
+        let index = inner.next_rq_index;
+        inner.next_rq_index += 1;
+        inner.rq.push_back(make(index));
+    }
+
+    /// After receive posts: in ERR they complete at once with `WR_FLUSH_ERR` (C10-42).
+    fn after_recv_post(&self, mut inner: parking_lot::MutexGuard<'_, QpInner>) {
+        if inner.attr.qp_state == QpState::Err {
             self.flush_rq(&mut inner);
         }
         drop(inner);
         self.pd.device().datapath().settle_cq_errors();
-        result
     }
 
     pub(crate) fn flush_sq(&self, inner: &mut QpInner) {
@@ -772,7 +818,7 @@ impl QueuePair {
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.push_wc_err(inner, &self.send_cq, wc, cause);
+            self.push_wc_err(inner, &self.send_cq, wc, cause, None);
         }
     }
 
@@ -802,7 +848,7 @@ impl QueuePair {
                 qp_num: self.qpn,
                 ..Default::default()
             };
-            self.push_wc_err(inner, &self.recv_cq, wc, cause);
+            self.push_wc_err(inner, &self.recv_cq, wc, cause, wqe.buf);
         }
     }
 

@@ -304,6 +304,47 @@ pub enum Fate {
 /// ("drop the first ACK").
 pub type Filter = Box<dyn FnMut(&Datagram<'_>) -> Fate + Send>;
 
+/// A datagram a rewrite filter may change ([`Fabric::set_rewrite`]).
+#[derive(Debug)]
+pub struct DatagramMut<'a> {
+    /// Virtual time it was sent.
+    pub time: Instant,
+    /// Sender address and UDP source port.
+    pub src: SocketAddr,
+    /// Receiver address (UDP destination port 4791).
+    pub dst: IpAddr,
+    /// The RoCE packet, BTH to ICRC: change it in place, or resize it.
+    pub bytes: &'a mut Vec<u8>,
+}
+
+impl DatagramMut<'_> {
+    /// The packet's BTH, `None` if it has none.
+    pub fn bth(&self) -> Option<BthRepr> {
+        Datagram {
+            time: self.time,
+            src: self.src,
+            dst: self.dst,
+            bytes: self.bytes,
+        }
+        .bth()
+    }
+
+    /// Recomputes the ICRC for this datagram's addresses (annex A17.3.3), so that a
+    /// rewritten packet is not dropped for its ICRC. A packet shorter than BTH + ICRC is
+    /// left as is.
+    pub fn fix_icrc(&mut self) {
+        let facts = IcrcIpFacts::new(self.src, SocketAddr::new(self.dst, ROCEV2_PORT));
+        if let Ok(h) = uroce_wire::InvariantHeaders::from_facts(&facts, self.bytes.len()) {
+            let _ = uroce_wire::icrc::fill(&h, self.bytes);
+        }
+    }
+}
+
+/// A rewrite filter: gets every datagram, writable, before the [`Filter`] and the link.
+/// Returning [`Fate::Drop`] drops it; any other fate applies as the filter's would (the
+/// filter, if any, then sees the rewritten bytes and decides last).
+pub type Rewrite = Box<dyn FnMut(&mut DatagramMut<'_>) -> Fate + Send>;
+
 /// A delivered datagram, as [`Fabric::set_capture`] records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Captured {
@@ -526,6 +567,7 @@ pub struct Fabric {
     buf: Vec<u8>,
     pool: Vec<Vec<u8>>,
     filter: Option<Filter>,
+    rewrite: Option<Rewrite>,
     capture: Option<Vec<Captured>>,
     pub(crate) rng: ChaCha8Rng,
     steps: u64,
@@ -562,6 +604,7 @@ impl Fabric {
             buf: vec![0; MAX_ROCE_PACKET_LEN],
             pool: Vec::new(),
             filter: None,
+            rewrite: None,
             capture: None,
             rng: ChaCha8Rng::seed_from_u64(mix(seed ^ 0x7073_6e73)), // "psns"
             steps: 0,
@@ -703,6 +746,22 @@ impl Fabric {
         self.filter = None;
     }
 
+    /// Installs a rewrite filter (replacing any other): it sees every datagram before the
+    /// [`Filter`] and the link, and may change its bytes (then usually
+    /// [`DatagramMut::fix_icrc`]), resize it, or drop it. Tests use it to forge what a
+    /// buggy peer or a middlebox would send ("turn the second ACK into a NAK").
+    pub fn set_rewrite(
+        &mut self,
+        rewrite: impl FnMut(&mut DatagramMut<'_>) -> Fate + Send + 'static,
+    ) {
+        self.rewrite = Some(Box::new(rewrite));
+    }
+
+    /// Removes the rewrite filter.
+    pub fn clear_rewrite(&mut self) {
+        self.rewrite = None;
+    }
+
     /// Starts (`true`) or stops recording every delivered datagram.
     pub fn set_capture(&mut self, on: bool) {
         self.capture = on.then(Vec::new);
@@ -740,7 +799,10 @@ impl Fabric {
 
     /// Drops every datagram in flight for which `pred` is true; returns how many
     /// (counted in [`FabricStats::filtered`]). The quinn-style way to lose a precise
-    /// packet: step until it is in flight, then remove it.
+    /// packet: get it in flight with [`Fabric::transmit`] (which sends without
+    /// delivering), then remove it. [`Fabric::step`] does not leave a packet in flight
+    /// when the link has no delay: it sends and delivers in one call. With a link delay,
+    /// a packet sent by one step is in flight until a later one.
     pub fn drop_in_flight(&mut self, mut pred: impl FnMut(&Datagram<'_>) -> bool) -> usize {
         let mut kept = BinaryHeap::with_capacity(self.queue.len());
         let mut n = 0;
@@ -790,18 +852,28 @@ impl Fabric {
 
     /// [`Fabric::send`] of a copy of a datagram to `group` to its member `dst`: the link
     /// and port are `dst`'s, the receiver sees the group (IBTA §10.5, annex A17.4.5).
-    fn send_via(&mut self, src: SocketAddr, dst: IpAddr, group: Option<IpAddr>, data: Vec<u8>) {
+    fn send_via(&mut self, src: SocketAddr, dst: IpAddr, group: Option<IpAddr>, mut data: Vec<u8>) {
         let key = (src.ip(), dst);
         let cfg = self.link(key.0, key.1);
         let now = self.now;
+        let rewritten = match self.rewrite.as_mut() {
+            Some(r) => r(&mut DatagramMut {
+                time: now,
+                src,
+                dst,
+                bytes: &mut data,
+            }),
+            None => Fate::Pass,
+        };
         let fate = match self.filter.as_mut() {
+            _ if rewritten == Fate::Drop => Fate::Drop,
             Some(f) => f(&Datagram {
                 time: now,
                 src,
                 dst,
                 bytes: &data,
             }),
-            None => Fate::Pass,
+            None => rewritten,
         };
         let ect = self.by_addr.get(&key.0).is_some_and(|&i| self.nodes[i].ect);
         let mut ecn = if ect { Ecn::Ect0 } else { Ecn::NotEct };
@@ -944,6 +1016,13 @@ impl Fabric {
         d.seq = self.next_seq;
         self.next_seq += 1;
         self.queue.push(d);
+    }
+
+    /// Puts every packet the devices have to send in flight, without moving the clock or
+    /// delivering anything; returns how many. Then [`Fabric::drop_in_flight`] can remove
+    /// a precise one before [`Fabric::step`] delivers the rest.
+    pub fn transmit(&mut self) -> usize {
+        self.flush_transmits()
     }
 
     /// Drains every device's `poll_transmit` into the links; returns how many datagrams.

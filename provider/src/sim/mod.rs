@@ -9,7 +9,8 @@
 //! - [`Fabric`]: the devices, the directed links ([`LinkConfig`]: loss, reorder, dup,
 //!   corrupt, delay, jitter, MTU), the in-flight datagrams ordered by delivery time, and
 //!   the virtual clock; [`Fabric::step`], [`Fabric::run_for`], [`Fabric::run_until`],
-//!   [`Fabric::run_until_completions`]; [`FabricStats`]; a [`Filter`] and
+//!   [`Fabric::run_until_completions`]; [`FabricStats`]; a [`Filter`], a [`Rewrite`]
+//!   filter that may change a datagram, and [`Fabric::transmit`] with
 //!   [`Fabric::drop_in_flight`] for precise faults.
 //! - [`Fabric::rc_pair`]: two connected RC QPs with their PD, CQs and MRs ([`RcPair`]),
 //!   so a transport scenario is ten lines.
@@ -53,8 +54,8 @@ mod tests;
 
 pub use backend::SimBackend;
 pub use fabric::{
-    Captured, Datagram, Fabric, FabricStats, Fate, Filter, Incomplete, LinkConfig, PortConfig,
-    PortStats, RedConfig, Stop,
+    Captured, Datagram, DatagramMut, Fabric, FabricStats, Fate, Filter, Incomplete, LinkConfig,
+    PortConfig, PortStats, RedConfig, Rewrite, Stop,
 };
 pub use qpset::{QpSet, QpSetConfig, Side, DEFAULT_QKEY};
 pub use rc::{RcEnd, RcPair, RcPairConfig, RemoteMr};

@@ -246,6 +246,54 @@ fn filter_and_drop_in_flight_give_precise_faults() {
 }
 
 #[test]
+fn a_rewrite_filter_changes_or_drops_datagrams_in_flight() {
+    let (mut f, b) = fabric(13, LinkConfig::default());
+    f.set_rewrite(|d| match d.bth().map(|b| b.psn.value()) {
+        Some(0) => Fate::Drop,
+        Some(1) => {
+            // PSN 1 becomes 7, its ICRC fixed: delivered and accepted.
+            d.bytes[11] = 7;
+            d.fix_icrc();
+            Fate::Pass
+        }
+        Some(2) => {
+            // Changed without fixing the ICRC: the receiver drops it.
+            d.bytes[11] = 9;
+            Fate::Pass
+        }
+        _ => Fate::Pass,
+    });
+    f.set_capture(true);
+    for psn in 0..4 {
+        f.inject(src(), ip(B), &packet(ip(B), psn, 8));
+    }
+    f.run_until_idle(Duration::from_secs(1)).unwrap();
+    assert_eq!(psns(&f.take_capture()), vec![7, 9, 3]);
+    assert_eq!(f.stats().filtered, 1);
+    let c = b.counters();
+    assert_eq!((c.icrc_drops, c.unknown_qpn_drops), (1, 2));
+}
+
+#[test]
+fn transmit_puts_a_packet_in_flight_for_drop_in_flight() {
+    let mut f = Fabric::new(14);
+    let a = f.add_device(ip(A));
+    let b = f.add_device(ip(B));
+    let p = f.rc_pair(&a, &b, RcPairConfig::default()).unwrap();
+    p.b.recv(1, 0, 64).unwrap();
+    p.a.send(1, 0, 64).unwrap();
+    // The SEND is in flight after transmit(), not yet delivered: drop it there.
+    assert_eq!(f.transmit(), 1);
+    assert_eq!(f.drop_in_flight(|d| d.dst == ip(B)), 1);
+    // The requester's ACK timer resends it, and the message arrives once.
+    let wc = f
+        .run_until_completions(&p.b.recv_cq, 1, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(wc[0].byte_len, 64);
+    assert_eq!(p.a.counters().timeouts, 1);
+}
+
+#[test]
 fn unroutable_datagrams_are_counted() {
     let (mut f, _b) = fabric(11, LinkConfig::default());
     f.inject(src(), ip("10.9.9.9"), &packet(ip("10.9.9.9"), 0, 8));

@@ -48,6 +48,7 @@ use crate::mr::AccessFlags;
 use crate::qp::attr::QpAttr;
 use crate::qp::state::{QpAttrMask, QpState, QpType};
 use crate::qp::{wc_opcode, QpInner, QueuePair};
+use crate::recv_buf::RecvBuf;
 use crate::time::{ack_timeout, Instant};
 use crate::wc::{WcOpcode, WorkCompletion};
 use completer::{Action, CompCtx, CompOut, Completer};
@@ -178,14 +179,18 @@ impl QueuePair {
 
     /// Writes an error completion with the status and `vendor_err` of `cause`, keeps the
     /// cause for [`CompletionQueue::explain`], and remembers the first error of the QP
-    /// for its flushed completions.
+    /// for its flushed completions. A receive WQE's pool buffer goes with it, emptied.
     pub(crate) fn push_wc_err(
         &self,
         inner: &mut QpInner,
         cq: &CompletionQueue,
         mut wc: WorkCompletion,
         cause: ErrorCause,
+        mut buf: Option<RecvBuf>,
     ) {
+        if let Some(b) = &mut buf {
+            b.clear();
+        }
         wc.status = cause.status();
         wc.vendor_err = cause.code() as u32;
         wc.byte_len = 0;
@@ -208,21 +213,22 @@ impl QueuePair {
             });
         }
         self.count1(inner, Counter::Completions);
-        if !cq.push_explained(wc, cause) {
+        if !cq.push_with(wc, false, Some(cause), buf) {
             self.pd().device().datapath().note_cq_error(cq.id());
         }
     }
 
-    /// Writes a completion and counts it.
+    /// Writes a completion (with a receive WQE's pool buffer, if it had one) and counts it.
     pub(crate) fn push_wc(
         &self,
         inner: &mut QpInner,
         cq: &CompletionQueue,
         wc: WorkCompletion,
         solicited: bool,
+        buf: Option<RecvBuf>,
     ) {
         self.count1(inner, Counter::Completions);
-        if !cq.push(wc, solicited) {
+        if !cq.push_with(wc, solicited, None, buf) {
             self.pd().device().datapath().note_cq_error(cq.id());
         }
     }
@@ -526,9 +532,9 @@ impl QueuePair {
         self.merge_counts(inner, &std::mem::take(tally));
         for act in acts.drain(..) {
             match act {
-                RespAction::Recv(wc, solicited) => {
+                RespAction::Recv(wc, solicited, buf) => {
                     let cq = self.recv_cq().clone();
-                    self.push_wc(inner, &cq, wc, solicited);
+                    self.push_wc(inner, &cq, wc, solicited, buf);
                 }
                 RespAction::Fatal(e, psn, wqe) => {
                     self.responder_fatal(inner, e, psn, wqe);
@@ -553,7 +559,7 @@ impl QueuePair {
         self.count1(inner, Counter::ErrorNaksSent);
         if let Some(w) = wqe {
             match e.recv_cause(psn) {
-                Some(cause) => self.complete_recv_error(inner, &w, cause),
+                Some(cause) => self.complete_recv_error(inner, w, cause),
                 None => inner.rq.push_front(w),
             }
         }
@@ -1068,9 +1074,9 @@ impl QueuePair {
         }
         for o in out {
             match o {
-                uc::UcOut::Recv(wc, solicited) => {
+                uc::UcOut::Recv(wc, solicited, buf) => {
                     let cq = self.recv_cq().clone();
-                    self.push_wc(inner, &cq, wc, solicited);
+                    self.push_wc(inner, &cq, wc, solicited, buf);
                 }
                 uc::UcOut::Fatal(wqe, cause) => {
                     self.recv_fatal(inner, wqe, cause);
@@ -1108,9 +1114,9 @@ impl QueuePair {
             pkt.total_len(),
             src,
         ) {
-            ud::UdRecv::Complete(wc, solicited) => {
+            ud::UdRecv::Complete(wc, solicited, buf) => {
                 let cq = self.recv_cq().clone();
-                self.push_wc(inner, &cq, wc, solicited);
+                self.push_wc(inner, &cq, wc, solicited, buf);
             }
             ud::UdRecv::Drop(c) => tally.add(c, 1),
             ud::UdRecv::Fatal(wqe, cause) => self.recv_fatal(inner, wqe, cause),
@@ -1118,12 +1124,7 @@ impl QueuePair {
     }
 
     /// Completes the receive WQE `wqe` in error with `cause` on the receive CQ.
-    fn complete_recv_error(
-        &self,
-        inner: &mut QpInner,
-        wqe: &crate::wr::RecvWqe,
-        cause: ErrorCause,
-    ) {
+    fn complete_recv_error(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, cause: ErrorCause) {
         let wc = WorkCompletion {
             wr_id: wqe.wr.wr_id,
             opcode: WcOpcode::Recv,
@@ -1131,7 +1132,7 @@ impl QueuePair {
             ..Default::default()
         };
         let cq = self.recv_cq().clone();
-        self.push_wc_err(inner, &cq, wc, cause);
+        self.push_wc_err(inner, &cq, wc, cause, wqe.buf);
     }
 
     /// The completion of the send WQE `wqe`, but for its status.
@@ -1151,7 +1152,7 @@ impl QueuePair {
             ..self.send_wc(wqe)
         };
         let cq = self.send_cq().clone();
-        self.push_wc(inner, &cq, wc, false);
+        self.push_wc(inner, &cq, wc, false, None);
     }
 
     /// Completes the send WQE `wqe` in error with `cause` on the send CQ (the byte count
@@ -1163,14 +1164,14 @@ impl QueuePair {
         cause: ErrorCause,
     ) {
         let cq = self.send_cq().clone();
-        self.push_wc_err(inner, &cq, self.send_wc(wqe), cause);
+        self.push_wc_err(inner, &cq, self.send_wc(wqe), cause, None);
     }
 
     /// A receive WQE whose buffers failed their L_Key check: it completes with `cause`,
     /// the QP goes to ERR (IBTA §10.6.3.1: a local protection error is a QP error) and the
     /// owner hears of it as a fatal QP event.
     fn recv_fatal(&self, inner: &mut QpInner, wqe: crate::wr::RecvWqe, cause: ErrorCause) {
-        self.complete_recv_error(inner, &wqe, cause);
+        self.complete_recv_error(inner, wqe, cause);
         self.pd()
             .device()
             .events()

@@ -4,9 +4,12 @@
 //! RETH and building the receive completions. What each service does when a step fails
 //! (NAK and ERR for RC, abandoning the message for UC) stays with the service.
 
-use super::packet::{scatter, sge_len, SgeError};
+use super::packet::{scatter, SgeError};
 use super::responder::{RespCtx, RespError};
+use crate::device::Device;
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
+use crate::pd::PdId;
+use crate::recv_buf::RecvBuf;
 use crate::wc::{WcFlags, WcOpcode, WorkCompletion};
 use crate::wr::RecvWqe;
 use std::collections::VecDeque;
@@ -30,32 +33,51 @@ pub(crate) fn has_recv_wqe(ctx: &RespCtx<'_>, rq: &VecDeque<RecvWqe>) -> bool {
     }
 }
 
+/// Copies `data` to byte `offset` of the message `wqe` receives: into its pool buffer
+/// (the only way a pool buffer is written, while the WQE holds it: see
+/// [`crate::recv_buf`]), or scattered into its SGEs. [`SgeError::TooLong`] past the
+/// buffer's capacity (nothing written); [`SgeError::Fault`] for an SGE that fails its
+/// checks.
+pub(crate) fn place_recv(
+    dev: &Device,
+    pd: PdId,
+    wqe: &mut RecvWqe,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), SgeError> {
+    match &mut wqe.buf {
+        Some(b) => b.place(offset, data).then_some(()).ok_or(SgeError::TooLong),
+        None => scatter(dev, pd, &wqe.wr.sg_list, offset, data),
+    }
+}
+
 /// Scatters one SEND packet's payload into `wqe`'s buffers at byte `*offset`, and moves
 /// `*offset` past it. A message longer than the buffers is refused before anything is
 /// written ([`SgeError::TooLong`], IBTA §9.7.4.2.4); an SGE whose L_Key, range or rights
 /// fail is [`SgeError::Fault`] (§10.6.3.1). `*offset` moves only on success.
 pub(crate) fn place_send(
     ctx: &RespCtx<'_>,
-    wqe: &RecvWqe,
+    wqe: &mut RecvWqe,
     offset: &mut u32,
     payload: &[u8],
 ) -> Result<(), SgeError> {
-    if sge_len(&wqe.wr.sg_list) < u64::from(*offset) + payload.len() as u64 {
+    if wqe.capacity() < u64::from(*offset) + payload.len() as u64 {
         return Err(SgeError::TooLong);
     }
-    scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, (*offset).into(), payload)?;
+    place_recv(ctx.dev, ctx.pd, wqe, (*offset).into(), payload)?;
     *offset += payload.len() as u32;
     Ok(())
 }
 
 /// The completion of a SEND received into `wqe`: `byte_len` bytes, with the immediate
-/// data of the packet's ImmDt if it has one.
+/// data of the packet's ImmDt if it has one; and the WQE's pool buffer, holding those
+/// bytes. The WQE is consumed: nothing reaches the buffer after this.
 pub(crate) fn send_completion(
     ctx: &RespCtx<'_>,
-    wqe: &RecvWqe,
+    wqe: RecvWqe,
     byte_len: u32,
     repr: &RoceRepr,
-) -> WorkCompletion {
+) -> (WorkCompletion, Option<RecvBuf>) {
     let mut wc = WorkCompletion {
         wr_id: wqe.wr.wr_id,
         opcode: WcOpcode::Recv,
@@ -68,18 +90,23 @@ pub(crate) fn send_completion(
         wc.wc_flags |= WcFlags::WITH_IMM;
         wc.imm_data = imm.imm_data;
     }
-    wc
+    (wc, wqe.buf)
 }
 
 /// The completion an RDMA WRITE with immediate consumes `wqe` for: the byte count is the
-/// RETH's DMA length `total`, the immediate data the last packet's ImmDt.
+/// RETH's DMA length `total`, the immediate data the last packet's ImmDt; and the WQE's
+/// pool buffer, empty (the data went to the RETH's region).
 pub(crate) fn write_imm_completion(
     ctx: &RespCtx<'_>,
-    wqe: &RecvWqe,
+    wqe: RecvWqe,
     total: u32,
     repr: &RoceRepr,
-) -> WorkCompletion {
-    WorkCompletion {
+) -> (WorkCompletion, Option<RecvBuf>) {
+    let mut buf = wqe.buf;
+    if let Some(b) = &mut buf {
+        b.clear();
+    }
+    let wc = WorkCompletion {
         wr_id: wqe.wr.wr_id,
         opcode: WcOpcode::RecvRdmaWithImm,
         byte_len: total,
@@ -88,7 +115,8 @@ pub(crate) fn write_imm_completion(
         wc_flags: WcFlags::WITH_IMM,
         imm_data: repr.immdt.map_or(0, |i| i.imm_data),
         ..Default::default()
-    }
+    };
+    (wc, buf)
 }
 
 /// Checks a RETH's R_Key (a region's or a memory window's) for its whole DMA length with

@@ -7,7 +7,7 @@
 //! receive completion it ends (if any) and the asynchronous event; every one of them moves
 //! the QP to ERR (IBTA §9.9.3.2).
 
-use super::packet::{emit, sge_len, Route, SgeError};
+use super::packet::{emit, Route, SgeError};
 use super::recv::{
     check_reth, has_recv_wqe, place_send, place_write, send_completion, take_recv_wqe,
     write_imm_completion,
@@ -18,6 +18,7 @@ use crate::event::AsyncEvent;
 use crate::explain::{ErrorCause, SgeFault};
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion};
 use crate::pd::PdId;
+use crate::recv_buf::RecvBuf;
 use crate::srq::SharedReceiveQueue;
 use crate::wc::{WcFlags, WorkCompletion};
 use crate::wr::RecvWqe;
@@ -241,8 +242,9 @@ pub(crate) struct RespCtx<'a> {
 /// What executing a request asks the QP to do.
 #[derive(Debug)]
 pub(crate) enum RespAction {
-    /// A receive completed: write `wc` to the receive CQ (`solicited`: the SE bit was set).
-    Recv(WorkCompletion, bool),
+    /// A receive completed: write `wc` to the receive CQ (`solicited`: the SE bit was set),
+    /// with the WQE's pool buffer if it had one.
+    Recv(WorkCompletion, bool, Option<RecvBuf>),
     /// The QP goes to ERR; the NAK (of the request at the PSN) is already queued. `wqe` is
     /// the receive WQE the failing message was using, if any.
     Fatal(RespError, Psn, Option<RecvWqe>),
@@ -568,7 +570,7 @@ impl Responder {
                         let e = RespError::RecvTooLong {
                             msg_len: u64::from(*offset) + payload.len() as u64,
                             whole: info.ends_message(),
-                            buf_len: sge_len(&wqe.wr.sg_list),
+                            buf_len: wqe.capacity(),
                         };
                         return self.fail(psn, e, actions);
                     }
@@ -590,13 +592,13 @@ impl Responder {
                     let RecvState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
                         unreachable!()
                     };
-                    let mut wc = send_completion(ctx, &wqe, offset, repr);
+                    let (mut wc, buf) = send_completion(ctx, wqe, offset, repr);
                     if let Some(ieth) = repr.ieth {
                         wc.wc_flags |= WcFlags::WITH_INV;
                         wc.imm_data = ieth.r_key;
                     }
                     self.msn = (self.msn + 1) & MSN_MASK;
-                    actions.push(RespAction::Recv(wc, repr.bth.solicited));
+                    actions.push(RespAction::Recv(wc, repr.bth.solicited, buf));
                 }
             }
             Operation::RdmaWrite => {
@@ -633,8 +635,8 @@ impl Responder {
                     };
                     if consumes_at_end {
                         let wqe = take_recv_wqe(ctx, rq).expect("checked above");
-                        let wc = write_imm_completion(ctx, &wqe, total, repr);
-                        actions.push(RespAction::Recv(wc, repr.bth.solicited));
+                        let (wc, buf) = write_imm_completion(ctx, wqe, total, repr);
+                        actions.push(RespAction::Recv(wc, repr.bth.solicited, buf));
                     }
                     self.msn = (self.msn + 1) & MSN_MASK;
                 }

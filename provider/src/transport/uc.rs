@@ -207,8 +207,9 @@ pub(crate) struct UcResponder {
 /// What a UC packet asks the QP to do.
 #[derive(Debug)]
 pub(crate) enum UcOut {
-    /// A receive completed: write it to the receive CQ (`solicited`: SE bit).
-    Recv(WorkCompletion, bool),
+    /// A receive completed: write it to the receive CQ (`solicited`: SE bit), with the
+    /// WQE's pool buffer if it had one.
+    Recv(WorkCompletion, bool, Option<crate::recv_buf::RecvBuf>),
     /// A receive WQE's buffers failed their L_Key check: it completes with the status
     /// and the QP goes to ERR.
     Fatal(RecvWqe, ErrorCause),
@@ -362,8 +363,8 @@ impl UcResponder {
             let UcState::InSend { wqe, offset } = std::mem::take(&mut self.state) else {
                 return;
             };
-            let wc = send_completion(ctx, &wqe, offset, repr);
-            out.push(UcOut::Recv(wc, repr.bth.solicited));
+            let (wc, buf) = send_completion(ctx, wqe, offset, repr);
+            out.push(UcOut::Recv(wc, repr.bth.solicited, buf));
         }
     }
 
@@ -422,8 +423,8 @@ impl UcResponder {
                     count(Counter::NoRecvWqeDrops);
                     return;
                 };
-                let wc = write_imm_completion(ctx, &wqe, total, repr);
-                out.push(UcOut::Recv(wc, repr.bth.solicited));
+                let (wc, buf) = write_imm_completion(ctx, wqe, total, repr);
+                out.push(UcOut::Recv(wc, repr.bth.solicited, buf));
             }
         }
     }

@@ -28,7 +28,8 @@
 //! The completion reports `src_qp` from the DETH, `WcFlags::GRH`, `byte_len` = payload +
 //! 40, the immediate data if any, and `pkey_index`, `sl`, `slid`, `dlid_path_bits` 0.
 
-use super::packet::{emit, gather, scatter, sge_len, Route, SgeError};
+use super::packet::{emit, gather, Route, SgeError};
+use super::recv::place_recv;
 use crate::counters::Counter;
 use crate::datapath::qp_src_port;
 use crate::device::{Device, DEFAULT_PKEY};
@@ -170,8 +171,9 @@ pub(crate) struct UdRecvCtx<'a> {
 /// What receiving one UD packet asks the QP to do.
 #[derive(Debug)]
 pub(crate) enum UdRecv {
-    /// Write this completion to the receive CQ (`solicited`: the SE bit was set).
-    Complete(WorkCompletion, bool),
+    /// Write this completion to the receive CQ (`solicited`: the SE bit was set), with the
+    /// WQE's pool buffer if it had one (holding the GRH and the datagram).
+    Complete(WorkCompletion, bool, Option<crate::recv_buf::RecvBuf>),
     /// The packet was dropped; count it here.
     Drop(Counter),
     /// The receive WQE's buffers failed their L_Key check while the message was being
@@ -278,7 +280,7 @@ pub(crate) fn receive(
         return UdRecv::Drop(Counter::MalformedDrops);
     }
     let needed = (GRH_LEN + payload.len()) as u64;
-    let fits = |w: &RecvWqe| sge_len(&w.wr.sg_list) >= needed;
+    let fits = |w: &RecvWqe| w.capacity() >= needed;
     let mut any = false;
     let wqe = match ctx.srq {
         Some(srq) => srq.take_if(|w| {
@@ -297,7 +299,7 @@ pub(crate) fn receive(
             None => None,
         },
     };
-    let Some(wqe) = wqe else {
+    let Some(mut wqe) = wqe else {
         return UdRecv::Drop(if any {
             Counter::RecvLenDrops
         } else {
@@ -305,8 +307,8 @@ pub(crate) fn receive(
         });
     };
     let g = grh(src, ctx.local, roce_len);
-    let placed = scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, 0, &g)
-        .and_then(|()| scatter(ctx.dev, ctx.pd, &wqe.wr.sg_list, GRH_LEN as u64, payload));
+    let placed = place_recv(ctx.dev, ctx.pd, &mut wqe, 0, &g)
+        .and_then(|()| place_recv(ctx.dev, ctx.pd, &mut wqe, GRH_LEN as u64, payload));
     if let Err(e) = placed {
         let psn = repr.bth.psn.value();
         let cause = match e {
@@ -316,7 +318,7 @@ pub(crate) fn receive(
                 psn,
                 msg_len: needed,
                 whole: true,
-                buf_len: sge_len(&wqe.wr.sg_list),
+                buf_len: wqe.capacity(),
             },
         };
         return UdRecv::Fatal(wqe, cause);
@@ -334,7 +336,7 @@ pub(crate) fn receive(
         wc.wc_flags |= WcFlags::WITH_IMM;
         wc.imm_data = imm.imm_data;
     }
-    UdRecv::Complete(wc, repr.bth.solicited)
+    UdRecv::Complete(wc, repr.bth.solicited, wqe.buf)
 }
 
 #[cfg(test)]

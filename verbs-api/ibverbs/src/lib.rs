@@ -73,8 +73,9 @@
 //!   still open through the first fails with `EADDRINUSE` (printed on stderr). The
 //!   rdma_cm's own contexts (`id->verbs`, `rdma_get_devices`) live as long as the process;
 //!   `ibv_close_device` leaves them open.
-//! - `ibv_comp_channel.fd` is a real descriptor for poll/epoll/select; with `O_NONBLOCK`
-//!   set on it, `ibv_get_cq_event` fails with `EAGAIN` when no event waits.
+//! - `ibv_comp_channel.fd` and `ibv_context.async_fd` are real descriptors for
+//!   poll/epoll/select, readable while an event waits; with `O_NONBLOCK` set on them,
+//!   `ibv_get_cq_event` and `ibv_get_async_event` fail with `EAGAIN` when none does.
 //! - The data path converts each C WR into the Rust API's `SendWr` / `RecvWr`: one `Vec`
 //!   of SGEs per WR and one per batch of 32 WRs (and one for the bytes of an inline WR).
 //!

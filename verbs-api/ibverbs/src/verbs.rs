@@ -1953,7 +1953,8 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 
 /// `ibv_get_async_event(3)`: waits for the context's next event and writes its type and
 /// element (the QP, CQ or SRQ pointer, or the port number). Events of objects destroyed
-/// meanwhile are skipped. 0, or -1 with `errno`.
+/// meanwhile are skipped. With `O_NONBLOCK` set on `async_fd` it fails with `EAGAIN`
+/// instead of waiting, as with libibverbs. 0, or -1 with `errno`.
 ///
 /// # Safety
 ///
@@ -1969,8 +1970,15 @@ pub unsafe extern "C" fn ibv_get_async_event(
         if event.is_null() {
             return Err(EINVAL);
         }
+        // SAFETY: the context's own descriptor.
+        let flags = unsafe { libc::fcntl(c.k.ctx.async_fd(), libc::F_GETFL) };
+        let nonblocking = flags & libc::O_NONBLOCK != 0;
         loop {
-            let ev = c.k.ctx.get_async_event()?;
+            let ev = if nonblocking {
+                c.k.ctx.try_get_async_event().ok_or(Errno(libc::EAGAIN))?
+            } else {
+                c.k.ctx.get_async_event()?
+            };
             let s = &c.k.shared;
             let element = match ev {
                 AsyncEvent::CqErr { cq } => s.cqs.lock().get(&cq).copied(),

@@ -271,3 +271,14 @@ pub fn rc_pair(a: &str, b: &str) -> (End, End) {
     connect(&eb, ea.remote(), 20, 10);
     (ea, eb)
 }
+
+/// Two RC ends on devices at 10.0.0.1 and 10.0.0.2 of `backend` (the simulator's
+/// addresses), connected to each other (PSNs 100 and 200): the first with a region of
+/// `mr_len` bytes, the second of 64 KiB.
+pub fn sim_rc_pair(backend: &dyn Backend, mr_len: usize) -> (End, End) {
+    let (ca, cb) = contexts("10.0.0.1", "10.0.0.2", backend);
+    let (a, b) = (end(&ca, QpType::Rc, mr_len), end(&cb, QpType::Rc, 1 << 16));
+    connect(&a, b.remote(), 100, 200);
+    connect(&b, a.remote(), 200, 100);
+    (a, b)
+}

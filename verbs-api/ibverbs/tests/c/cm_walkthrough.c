@@ -1,6 +1,6 @@
 /* An rdma_cm program of uroce's own, compiled against the system's <rdma/rdma_cma.h> and
  * <rdma/rdma_verbs.h>, linked against Debian's librdmacm and libibverbs, and run on
- * uroce's (verbs-api/tests/rdmacm_debian.rs). One process, two devices (UROCE_DEVICES
+ * uroce's (tools/tests/rdmacm_debian.rs). One process, two devices (UROCE_DEVICES
  * names them; the server binds to the second, SERVER below), what Debian's example
  * programs do not reach:
  *

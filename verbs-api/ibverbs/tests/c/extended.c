@@ -1,6 +1,6 @@
 /* The extended verbs of uroce's libibverbs.so.1 (struct verbs_context), from a program of
  * uroce's own compiled against the system's <infiniband/verbs.h>
- * (verbs-api/tests/cabi_debian.rs, c_extended). One process, two devices (the first two
+ * (tools/tests/cabi_debian.rs, c_extended). One process, two devices (the first two
  * of UROCE_DEVICES). The cases are those of rdma-core's pyverbs tests (test_cqex.py,
  * test_qpex.py, test_device.py), written anew:
  *

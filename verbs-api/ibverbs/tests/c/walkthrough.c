@@ -1,6 +1,6 @@
 /* A libibverbs program of uroce's own, compiled against the system's <infiniband/verbs.h>
- * and run on uroce's libibverbs.so.1 (verbs-api/tests/cabi_c_examples.rs). One process, two
- * devices (the first two of UROCE_DEVICES), one RC QP on each:
+ * and run on uroce's libibverbs.so.1 (tools/tests/cabi_debian.rs, c_walkthrough). One
+ * process, two devices (the first two of UROCE_DEVICES), one RC QP on each:
  *
  *   - a QP created and moved RESET -> INIT -> RTR -> RTS, a wrong attribute mask refused;
  *   - the port and GID queries perftest relies on (through the header's inline wrappers);

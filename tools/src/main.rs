@@ -8,7 +8,9 @@
 //! - `uroce perf`: perftest's bandwidth and latency tests, same flags and tables.
 //! - `uroce rping`: librdmacm's `rping` over the RDMA CM, same flags and protocol.
 //! - `uroce udaddy`: librdmacm's `udaddy` (UD by SIDR), same flags and protocol.
-//! - `uroce stat`: a short loopback RC exchange and the counters of both devices.
+//! - `uroce stat [PID]`: the uroce processes of this user, or one process's devices, QPs
+//!   and counters, read from its control socket (`--selftest`: a loopback exchange of its
+//!   own).
 //! - `uroce exec -- PROGRAM ARGS...`: an unmodified libibverbs C program on uroce.
 //! - `uroce doctor`: what a uroce program needs on this machine, one line per check.
 //! - `uroce explain [CODE]`: the sentence of an error completion's `vendor_err`.
@@ -97,8 +99,12 @@ enum Command {
     /// udaddy's message exchange, so it faces the unmodified program on kernel rxe.
     #[command(disable_version_flag = true)]
     Udaddy(udaddy::UdaddyArgs),
-    /// Run a short RC pingpong between 127.0.0.1 and 127.0.0.2 and print the counters of
-    /// both devices and QPs (every traffic command also takes `--stats`).
+    /// The counters of running uroce programs: without PID, the uroce processes of this
+    /// user and their devices; with PID (or `--pid PID`), that process's devices, QPs and
+    /// counter tables (the tables every traffic command prints with `--stats`), read from
+    /// its control socket `@uroce/PID` (`--watch SECS`: again every SECS seconds).
+    /// `--selftest` (or `-n`/`-s`): a short RC pingpong of its own between 127.0.0.1 and
+    /// 127.0.0.2, then the counters of both devices and QPs.
     Stat(stat::StatArgs),
     /// Run an unmodified libibverbs program (rdma-core's `ibv_*`, perftest, your own) on
     /// uroce: `uroce exec [--devices uroce0=127.0.0.1] -- ibv_devinfo -v`. Puts uroce's

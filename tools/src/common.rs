@@ -580,22 +580,36 @@ pub fn check_wc(cq: &Cq, wc: &WorkCompletion, what: &str) -> Result<(), Fail> {
 /// Prints the counters of a device and of its QPs (`--stats`, `uroce stat`), one line
 /// per counter, through `out`.
 pub fn print_counters_to(out: &dyn Fn(String), ctx: &Context, qps: &[Qp]) {
-    let dev = ctx.provider().counters();
+    let dev: Vec<_> = ctx.provider().counters().iter().collect();
     let qc: Vec<_> = qps
         .iter()
-        .map(|q| (q.qp_num(), q.provider().counters()))
+        .map(|q| (q.qp_num(), q.provider().counters().iter().collect()))
         .collect();
     let cfg = ctx.provider().config();
-    out(format!("counters of {} ({}):", cfg.name, cfg.addr));
+    print_counter_table(out, &cfg.name, cfg.addr, &dev, &qc);
+}
+
+/// The counter table of `--stats` and `uroce stat`: a title line naming the device,
+/// then one line per device counter with the device's value and each QP's (matched by
+/// name; 0 where a QP lacks it).
+pub fn print_counter_table(
+    out: &dyn Fn(String),
+    name: &str,
+    addr: IpAddr,
+    dev: &[(&str, u64)],
+    qps: &[(u32, Vec<(&str, u64)>)],
+) {
+    out(format!("counters of {name} ({addr}):"));
     let mut head = format!("  {:<24}{:>14}", "counter", "device");
-    for (qpn, _) in &qc {
+    for (qpn, _) in qps {
         head.push_str(&format!("{:>14}", format!("QP 0x{qpn:06x}")));
     }
     out(head);
-    for (i, (name, v)) in dev.iter().enumerate() {
+    for (name, v) in dev {
         let mut line = format!("  {name:<24}{v:>14}");
-        for (_, c) in &qc {
-            line.push_str(&format!("{:>14}", c.iter().nth(i).map_or(0, |(_, v)| v)));
+        for (_, c) in qps {
+            let q = c.iter().find(|(n, _)| n == name).map_or(0, |&(_, v)| v);
+            line.push_str(&format!("{q:>14}"));
         }
         out(line);
     }

@@ -6,8 +6,11 @@
 //! run reaches it. Addresses: 127.27.x.y. No sleeps: completions are polled with a bound,
 //! child processes are waited for with a deadline.
 
+#[path = "../../verbs-api/tests/udp_support/mod.rs"]
 mod udp_support;
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "../../tests/support/skip.rs"]
 mod skip;
 
@@ -241,22 +244,8 @@ fn rust_programs_log_with_uroce_log_and_no_code() {
 const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Waits for `child` with a deadline; kills it when the deadline passes.
-fn finish(mut child: Child, what: &str) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{what} did not finish within {DEADLINE:?}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn finish(child: Child, what: &str) -> Output {
+    child::finish(child, what, DEADLINE)
 }
 
 /// Runs `c` with `UROCE_LOG` set to `log` (or removed), its output captured: the output,
@@ -338,17 +327,7 @@ fn uroce_log_turns_the_tools_log_on_and_it_is_off_without() {
 #[test]
 fn uroce_log_turns_the_log_on_in_c_programs() {
     let test = "uroce_log_turns_the_log_on_in_c_programs";
-    let lib = Path::new(env!("CARGO_BIN_EXE_uroce"))
-        .parent()
-        .expect("the uroce binary has a directory")
-        .join("uroce-lib/libibverbs.so.1");
-    if !lib.is_file() {
-        assert!(
-            std::env::var_os("UROCE_REQUIRE_CABI").is_none(),
-            "{} is not built: run `make cabi`",
-            lib.display()
-        );
-        skip::skipped(test, &format!("{} not built (make cabi)", lib.display()));
+    if child::drop_in_library(test).is_none() {
         return;
     }
     if !Path::new("/usr/bin/ibv_devices").is_file() {

@@ -881,7 +881,7 @@ fn c_cm_walkthrough() {
     }
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/ibverbs/tests/c/cm_walkthrough.c"
+        "/../verbs-api/ibverbs/tests/c/cm_walkthrough.c"
     );
     let exe = std::env::temp_dir().join(format!("uroce-cm-walkthrough-{}", std::process::id()));
     let cc = Command::new("cc")

@@ -22,8 +22,11 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+#[path = "support/child.rs"]
+mod child;
 #[path = "../../tests/support/skip.rs"]
 mod skip;
+use child::finish;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,20 +44,7 @@ fn skip(test: &str, why: &str) {
 
 /// The library beside the uroce binary, or `None` (skipped) when it is not built.
 fn library(test: &str) -> Option<PathBuf> {
-    let lib = Path::new(uroce())
-        .parent()
-        .expect("the uroce binary has a directory")
-        .join("uroce-lib/libibverbs.so.1");
-    if lib.is_file() {
-        return Some(lib);
-    }
-    assert!(
-        std::env::var_os("UROCE_REQUIRE_CABI").is_none(),
-        "{} is not built: run `make cabi`",
-        lib.display()
-    );
-    skip(test, &format!("{} not built (make cabi)", lib.display()));
-    None
+    child::drop_in_library(test)
 }
 
 /// True when `/usr/bin/PROG` is there (else the test is skipped, saying which package).
@@ -94,26 +84,6 @@ fn exec(devices: &str, prog: &str, args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {prog}: {e}"))
-}
-
-/// Waits for `child` at most `limit`; kills it and panics past that.
-fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{what} still running after {limit:?}; stdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// True when a TCP socket listens on `port` (any address, IPv4 or IPv6).
@@ -839,7 +809,10 @@ fn run_c_program(test: &str, name: &str, devices: &str) -> Option<String> {
         );
         return None;
     }
-    let src = format!("{}/ibverbs/tests/c/{name}.c", env!("CARGO_MANIFEST_DIR"));
+    let src = format!(
+        "{}/../verbs-api/ibverbs/tests/c/{name}.c",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let exe = std::env::temp_dir().join(format!("uroce-{name}-{}", std::process::id()));
     let cc = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])

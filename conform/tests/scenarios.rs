@@ -1,0 +1,104 @@
+//! The shipped scenarios against uroce in the simulator, and the runner's failure reports.
+
+use std::path::Path;
+
+use uroce_conform::sim::SimTarget;
+use uroce_conform::{report_line, run, scenario_files, Outcome, Scenario};
+
+const SEED: u64 = 1;
+
+fn scenarios_dir() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios"))
+}
+
+fn run_text(name: &str, text: &str) -> Outcome {
+    let s = Scenario::parse(name, text).unwrap();
+    run(&s, &mut SimTarget::new(SEED).unwrap())
+}
+
+fn shipped(name: &str) -> String {
+    std::fs::read_to_string(scenarios_dir().join(format!("{name}.toml"))).unwrap()
+}
+
+#[test]
+fn every_shipped_scenario_passes_in_the_simulator() {
+    let files = scenario_files(scenarios_dir()).unwrap();
+    assert!(files.len() >= 12, "only {} scenarios", files.len());
+    let mut failed = Vec::new();
+    for f in &files {
+        let s = Scenario::load(f).unwrap_or_else(|e| panic!("{e}"));
+        let o = run(&s, &mut SimTarget::new(SEED).unwrap());
+        println!("{}", report_line(&o));
+        if !o.passed() {
+            failed.push(report_line(&o));
+        }
+    }
+    assert!(failed.is_empty(), "seed {SEED}:\n{}", failed.join("\n"));
+}
+
+#[test]
+fn a_wrong_expectation_fails_with_the_field_and_both_values() {
+    // The NAK carries the expected PSN, 0x100: expecting 0x101 must fail at that step.
+    let text = shipped("c9-rc-seq-nak-once-per-gap").replacen(
+        "nak_code = \"psn_seq_error\", psn = 0x100",
+        "nak_code = \"psn_seq_error\", psn = 0x101",
+        1,
+    );
+    let o = run_text("wrong-psn", &text);
+    let f = o.result.unwrap_err();
+    assert_eq!(f.step, 4);
+    assert!(
+        f.what
+            .starts_with("field psn: want 0x101 got 0x100 (packet: RC Acknowledge psn 0x100"),
+        "{f}"
+    );
+    let line = report_line(&Outcome {
+        result: Err(f),
+        ..o
+    });
+    assert!(
+        line.contains("FAIL  step 4: field psn") && line.contains("rule: 9.7.5.1.1"),
+        "{line}"
+    );
+}
+
+#[test]
+fn timing_expectations_bite_both_ways() {
+    // The RNR wait of code 14 is 1.28 ms: a window of silence longer than that fails.
+    let text = shipped("c9-rc-rnr-nak-timer-per-table").replace("1.27ms", "1.3ms");
+    let f = run_text("rnr-too-long", &text).result.unwrap_err();
+    assert_eq!(f.step, 4);
+    assert!(
+        f.what.starts_with(
+            "want no packet matching opcode=RC_SEND_ONLY, got: RC SEND Only psn 0x800"
+        ),
+        "{f}"
+    );
+    // And a deadline shorter than the wait finds nothing.
+    let text = shipped("c9-rc-rnr-nak-timer-per-table").replace(
+        "expect_none = { opcode = \"RC_SEND_ONLY\", within = \"1.27ms\" }",
+        "wait = \"1ms\"",
+    );
+    let f = run_text("rnr-too-short", &text).result.unwrap_err();
+    assert_eq!(f.step, 5);
+    assert!(
+        f.what
+            .starts_with("no packet matching opcode=RC_SEND_ONLY psn=0x800 in time"),
+        "{f}"
+    );
+}
+
+#[test]
+fn completions_counters_and_states_report_what_differs() {
+    let text = shipped("c9-rc-send-longer-than-receive-is-invalid-request")
+        .replace("status = \"loc_len_err\"", "status = \"success\"")
+        .replace("state = \"err\"", "state = \"rts\"");
+    let f = run_text("wc", &text).result.unwrap_err();
+    assert_eq!(
+        f.what,
+        "completion: field status: want success got loc_len_err"
+    );
+    let text = shipped("c9-rc-duplicate-send-re-acked").replace("eq = 1", "eq = 2");
+    let f = run_text("ctr", &text).result.unwrap_err();
+    assert_eq!(f.what, "counter duplicate_requests: want 2 got 1");
+}
