@@ -222,8 +222,8 @@ pub fn progress_from_env() -> Result<p::engine::Progress> {
 
 /// The ACK coalescing delay `UROCE_ACK_DELAY_US` gives, in microseconds (see
 /// [`DeviceConfig::ack_delay`]; `0`: every ACK at once): unset or empty gives `None`, the
-/// backend's default (20 µs over UDP and raw frames). Anything but a number of at most
-/// 1,000,000 is a [`VerbsError::Backend`].
+/// default (no delay). Anything but a number of at most 1,000,000 is a
+/// [`VerbsError::Backend`].
 pub fn ack_delay_from_env() -> Result<Option<std::time::Duration>> {
     let v = std::env::var("UROCE_ACK_DELAY_US").unwrap_or_default();
     let v = v.trim();

@@ -278,9 +278,6 @@ impl Backend for RawBackend {
     fn open(&self, mut config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError> {
         let link = RawLink::open(config.addr, &self.raw, config.seed)?;
         config.port_mtu = link.active_mtu();
-        config
-            .ack_delay
-            .get_or_insert(crate::device::DEFAULT_ACK_DELAY);
         let device = Device::with_limits(config, limits);
         let engine = Engine::start_raw(device.clone(), link, self.engine.clone())?;
         Ok(Opened {

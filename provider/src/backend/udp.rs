@@ -150,9 +150,6 @@ impl Backend for UdpBackend {
     fn open(&self, mut config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError> {
         let sockets = UdpSockets::open(config.addr, &self.udp)?;
         config.port_mtu = sockets.active_mtu();
-        config
-            .ack_delay
-            .get_or_insert(crate::device::DEFAULT_ACK_DELAY);
         let device = Device::with_limits(config, limits);
         let engine = Engine::start(device.clone(), sockets, self.engine.clone())?;
         Ok(Opened {
