@@ -487,6 +487,21 @@ impl Device {
         self.dp.sched.lock().timers.first().map(|&(d, _)| d)
     }
 
+    /// Ends the coalescing delay of every held ACK (see [`DeviceConfig::ack_delay`]), so
+    /// that the next [`Device::poll_transmit`] sends them: what the engine does before the
+    /// last send of a device or a process that is going away. A held ACK always has its
+    /// QP's timer running, so only QPs with a deadline are looked at.
+    ///
+    /// [`DeviceConfig::ack_delay`]: crate::device::DeviceConfig::ack_delay
+    pub fn release_held_acks(&self) {
+        let qpns: Vec<u32> = self.dp.sched.lock().deadline.keys().copied().collect();
+        for qpn in qpns {
+            if let Some(qp) = self.dp.lookup(qpn) {
+                qp.release_held_ack();
+            }
+        }
+    }
+
     /// Fires every timer due at `now` (deadline <= `now`).
     pub fn handle_timeout(&self, now: Instant) {
         loop {

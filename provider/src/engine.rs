@@ -104,6 +104,7 @@ extern "C" fn flush_at_exit() {
     let live: Vec<Arc<Shared>> = LIVE.lock().iter().filter_map(Weak::upgrade).collect();
     for s in live {
         let mut io = s.io.lock();
+        s.dp.release_held_acks();
         for _ in 0..EXIT_FLUSH_ROUNDS {
             let out = s.send(&mut io);
             if out.sent == 0 || !s.dp.has_pending_transmit() {
@@ -520,6 +521,7 @@ impl Drop for Engine {
         // What is already queued still goes out (the last ACKs of QPs destroyed just
         // before: their peers would otherwise retransmit into the void).
         let mut io = self.shared.io.lock();
+        self.shared.dp.release_held_acks();
         self.shared.send(&mut io);
     }
 }

@@ -157,6 +157,10 @@ impl Device {
         crate::init_logging();
         let config = DeviceConfig {
             seed,
+            ack_delay: match self.config.ack_delay {
+                Some(d) => Some(d),
+                None => ack_delay_from_env()?,
+            },
             ..self.config.clone()
         };
         let opened = backend.open(config, limits)?;
@@ -219,6 +223,25 @@ pub fn progress_from_env() -> Result<p::engine::Progress> {
         .unwrap_or_default()
         .parse()
         .map_err(|e| p::backend::BackendError::Config(e).into())
+}
+
+/// The ACK coalescing delay `UROCE_ACK_DELAY_US` gives, in microseconds (see
+/// [`DeviceConfig::ack_delay`]; `0`: every ACK at once): unset or empty gives `None`, the
+/// default (no delay). Anything but a number of at most 1,000,000 is a
+/// [`VerbsError::Backend`].
+pub fn ack_delay_from_env() -> Result<Option<std::time::Duration>> {
+    let v = std::env::var("UROCE_ACK_DELAY_US").unwrap_or_default();
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    match v.parse::<u64>() {
+        Ok(us) if us <= 1_000_000 => Ok(Some(std::time::Duration::from_micros(us))),
+        _ => Err(p::backend::BackendError::Config(
+            "UROCE_ACK_DELAY_US must be a number of microseconds from 0 to 1000000",
+        )
+        .into()),
+    }
 }
 
 /// A seed from the operating system's random source.

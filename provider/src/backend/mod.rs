@@ -219,6 +219,8 @@ pub trait SansIo: Send + Sync + 'static {
     fn set_mcast_hook(&self, hook: Option<crate::mcast::McastHook>) {
         let _ = hook;
     }
+    /// See [`Device::release_held_acks`]. Default: nothing (no ACK is held).
+    fn release_held_acks(&self) {}
 }
 
 impl SansIo for Device {
@@ -249,6 +251,9 @@ impl SansIo for Device {
     }
     fn has_pending_transmit(&self) -> bool {
         Device::has_pending_transmit(self)
+    }
+    fn release_held_acks(&self) {
+        Device::release_held_acks(self)
     }
     fn handle_multicast(
         &self,

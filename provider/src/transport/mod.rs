@@ -81,6 +81,21 @@ pub struct RcTransport {
     pub(crate) err_reason: Option<ErrReason>,
     /// Congestion control (NP and DCQCN RP, see [`cc`]); used by every QP type.
     pub(crate) cc: cc::CcState,
+    /// A positive ACK held for coalescing (see [`crate::device::DeviceConfig::ack_delay`]).
+    ack_hold: AckHold,
+}
+
+/// Where a responder's coalescing of its next ACK stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum AckHold {
+    /// No ACK is held.
+    #[default]
+    None,
+    /// A plain ACK waits, until the deadline at the latest ([`Timer::AckDelay`]) or until
+    /// the QP sends something else.
+    Held,
+    /// The delay is over: the ACK goes at the next transmit.
+    Due,
 }
 
 impl Default for RcTransport {
@@ -98,6 +113,7 @@ impl Default for RcTransport {
             last_rx: None,
             err_reason: None,
             cc: cc::CcState::default(),
+            ack_hold: AckHold::None,
         }
     }
 }
@@ -267,10 +283,45 @@ impl QueuePair {
             }
             QpType::Ud => return !paced && state == QpState::Rts && !inner.sq.is_empty(),
         }
-        inner.rc.resp.has_output()
-            || (!paced
-                && matches!(state, QpState::Rts | QpState::Sqd)
-                && inner.rc.req.has_work(state, &inner.sq, a.max_rd_atomic))
+        let resp = &inner.rc.resp;
+        (resp.has_output() && !(inner.rc.ack_hold == AckHold::Held && resp.only_plain_ack()))
+            || self.requester_has_work(inner)
+    }
+
+    /// True when the RC requester has a packet to send now (not waiting for the pacer).
+    fn requester_has_work(&self, inner: &QpInner) -> bool {
+        let a = &inner.attr;
+        !inner.rc.cc.pace_wait
+            && matches!(a.qp_state, QpState::Rts | QpState::Sqd)
+            && inner
+                .rc
+                .req
+                .has_work(a.qp_state, &inner.sq, a.max_rd_atomic)
+    }
+
+    /// Whether to hold the plain ACK the responder has (and nothing else) instead of
+    /// sending it now: while the coalescing delay runs and the requester has nothing to
+    /// send it with (see [`crate::device::DeviceConfig::ack_delay`]). The delay starts at
+    /// the first ACK held; newer ACKs replace it without restarting it.
+    fn hold_ack(&self, inner: &mut QpInner, now: Instant) -> bool {
+        let rc = &inner.rc;
+        if rc.ack_hold == AckHold::Due || !rc.resp.only_plain_ack() {
+            return false;
+        }
+        if rc.ack_hold == AckHold::Held {
+            return !self.requester_has_work(inner);
+        }
+        let delay = self.pd().device().config().ack_delay.unwrap_or_default();
+        let delay = match ack_timeout(inner.attr.timeout) {
+            Some(t) => delay.min(t / 16),
+            None => delay,
+        };
+        if delay.is_zero() || self.requester_has_work(inner) {
+            return false;
+        }
+        inner.rc.ack_hold = AckHold::Held;
+        inner.rc.timers.set(Timer::AckDelay, now + delay);
+        true
     }
 
     /// Raises `COMM_EST` at the first packet received in RTR (IBTA §11.6.3.1: once).
@@ -635,12 +686,20 @@ impl QueuePair {
         let route = route(self, &a);
         let mut tally = Counters::default();
         let mut sent = None;
-        if let Some((len, what)) =
+        let response = if self.hold_ack(inner, now) {
+            None
+        } else {
             inner
                 .rc
                 .resp
                 .poll_transmit(a.dest_qp_num, a.path_mtu, route, buf)
-        {
+        };
+        if let Some((len, what)) = response {
+            if inner.rc.ack_hold != AckHold::None && !inner.rc.resp.only_plain_ack() {
+                // The held ACK (or the newer one that replaced it) went out.
+                inner.rc.ack_hold = AckHold::None;
+                inner.rc.timers.stop(Timer::AckDelay);
+            }
             tally.add(what, 1);
             tracing::trace!(len, kind = what.name(), "response packet sent");
             sent = Some(len);
@@ -793,6 +852,17 @@ impl QueuePair {
         out
     }
 
+    /// Ends the coalescing delay of a held ACK ([`crate::device::Device::release_held_acks`]).
+    pub(crate) fn release_held_ack(&self) {
+        let mut guard = self.inner.lock();
+        let inner = &mut *guard;
+        if inner.rc.ack_hold == AckHold::Held {
+            inner.rc.ack_hold = AckHold::Due;
+            inner.rc.timers.stop(Timer::AckDelay);
+            self.sync_datapath(inner, false);
+        }
+    }
+
     /// Fires the QP's timers due at `now`.
     pub(crate) fn handle_timeout(&self, now: Instant) {
         let _span = crate::trace::enter_hot(&self.span);
@@ -800,6 +870,13 @@ impl QueuePair {
         let inner = &mut *guard;
         let mut tally = Counters::default();
         while let Some(t) = inner.rc.timers.expired(now) {
+            if t == Timer::AckDelay {
+                // In any state: a QP in RTR acknowledges too.
+                if inner.rc.ack_hold == AckHold::Held {
+                    inner.rc.ack_hold = AckHold::Due;
+                }
+                continue;
+            }
             if !matches!(
                 inner.attr.qp_state,
                 QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -829,6 +906,8 @@ impl QueuePair {
                     rc.req.rewind(rc.rnr_psn);
                 }
                 Timer::Pace => inner.rc.cc.pace_wait = false,
+                // Handled before the state check.
+                Timer::AckDelay => {}
                 Timer::CcAlpha => {
                     let cfg = &self.pd().device().config().cc.dcqcn;
                     let rc = &mut inner.rc;

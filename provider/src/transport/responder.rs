@@ -283,6 +283,13 @@ impl Responder {
         !self.out.is_empty()
     }
 
+    /// True when the only response waiting is one positive ACK (what may be held for
+    /// coalescing, see [`crate::device::DeviceConfig::ack_delay`]).
+    pub fn only_plain_ack(&self) -> bool {
+        self.out.len() == 1
+            && matches!(self.out.front(), Some(Out::Ack { syndrome, .. }) if syndrome.is_ack())
+    }
+
     /// Keeps only an error NAK (when the QP enters ERR the last NAK still goes out).
     pub fn keep_only_naks(&mut self) {
         self.out.retain(|o| {

@@ -22,6 +22,7 @@ use uroce_wire::{
     AethSyndrome, IcrcIpFacts, Mtu, NakCode, Opcode, Psn, RocePacket, RoceRepr, ROCEV2_PORT,
 };
 
+mod ack_delay;
 mod explain;
 mod mw;
 mod placement;
@@ -42,6 +43,8 @@ struct Cfg {
     a_psn: u32,
     b_psn: u32,
     sq_sig_all: bool,
+    /// [`DeviceConfig::ack_delay`] of both devices (`None`: zero, the simulator's).
+    ack_delay: Option<Duration>,
 }
 
 impl Default for Cfg {
@@ -56,6 +59,7 @@ impl Default for Cfg {
             a_psn: 100,
             b_psn: 5000,
             sq_sig_all: false,
+            ack_delay: None,
         }
     }
 }
@@ -74,6 +78,7 @@ impl Side {
         let mut c = DeviceConfig::new("t", addr.parse().unwrap());
         c.seed = seed;
         c.port_mtu = Mtu::Mtu4096;
+        c.ack_delay = cfg.ack_delay;
         let dev = Device::new(c);
         let pd = ProtectionDomain::alloc(&dev).unwrap();
         let scq = CompletionQueue::create(&dev, 256, None).unwrap();

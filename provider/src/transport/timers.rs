@@ -19,16 +19,20 @@ pub enum Timer {
     CcAlpha = 3,
     /// DCQCN's rate increase timer T (300 µs by default).
     CcRate = 4,
+    /// The end of a held ACK's coalescing delay (see [`crate::device::DeviceConfig::ack_delay`]):
+    /// the ACK goes out then even if no request came to send it with.
+    AckDelay = 5,
 }
 
 impl Timer {
-    const COUNT: usize = 5;
+    const COUNT: usize = 6;
     const ALL: [Timer; Timer::COUNT] = [
         Timer::Retransmit,
         Timer::Rnr,
         Timer::Pace,
         Timer::CcAlpha,
         Timer::CcRate,
+        Timer::AckDelay,
     ];
 }
 

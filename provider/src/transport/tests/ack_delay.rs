@@ -1,0 +1,210 @@
+//! ACK coalescing ([`DeviceConfig::ack_delay`], IBTA vol. 1 §9.7.5.1.1): a plain ACK waits
+//! for a packet of its own QP to leave with, or for the end of its delay; nothing else
+//! waits.
+
+use super::*;
+
+const DELAY: Duration = Duration::from_micros(20);
+
+fn pair() -> Pair {
+    Pair::new(Cfg {
+        ack_delay: Some(DELAY),
+        ..Cfg::default()
+    })
+}
+
+/// Delivers what is on the wire, in order.
+fn deliver_wire(p: &mut Pair) {
+    let w = std::mem::take(&mut p.wire);
+    for d in &w {
+        p.deliver(d);
+    }
+}
+
+/// What b put on the wire since `from` (an index into the log): opcode, PSN, syndrome.
+fn b_since(p: &Pair, from: usize) -> Vec<(Opcode, u32, Option<AethSyndrome>)> {
+    p.log[from..]
+        .iter()
+        .filter(|d| !d.to_b)
+        .map(|d| (d.opcode(), d.psn(), d.syndrome()))
+        .collect()
+}
+
+/// b received a SEND: its ACK waits, and leaves right before b's reply, in the same
+/// transmit run (one `sendmmsg` over UDP).
+#[test]
+fn a_held_ack_leaves_with_the_next_request() {
+    let mut p = pair();
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    assert_eq!(p.pump(), 0, "the ACK is held");
+    assert_eq!(Side::wcs(&p.b.rcq).len(), 1);
+    assert_eq!(p.b.dev.poll_timeout(), Some(p.now + DELAY));
+
+    p.b.post(2, SendOp::Send, vec![p.b.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [
+            (Opcode::RC_ACKNOWLEDGE, 100, Some(ACK)),
+            (Opcode::RC_SEND_ONLY, 5000, None)
+        ]
+    );
+    p.a.post_recv(8, 0, 100);
+    p.run();
+    assert_eq!(
+        Side::wcs(&p.a.scq)
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
+    assert_eq!(p.a.dev.counters().retransmits, 0);
+}
+
+/// With nothing to send it with, the held ACK leaves when its delay ends, and three
+/// SENDs that arrived meanwhile get one ACK (of the last PSN, MSN 3).
+#[test]
+fn held_acks_leave_at_the_end_of_the_delay_as_one() {
+    let mut p = pair();
+    for i in 0..3 {
+        p.b.post_recv(10 + i, 0, 100);
+        p.a.post(i, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    }
+    let start = p.now;
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    assert_eq!(p.pump(), 0);
+    assert!(p.fire_timer());
+    assert_eq!(p.now, start + DELAY);
+    p.pump();
+    let b: Vec<_> = p.log[from..].iter().filter(|d| !d.to_b).collect();
+    assert_eq!(b.len(), 1);
+    assert_eq!(
+        (b[0].opcode(), b[0].psn(), b[0].syndrome(), b[0].msn()),
+        (Opcode::RC_ACKNOWLEDGE, 102, Some(ACK), Some(3))
+    );
+    p.run();
+    assert_eq!(Side::wcs(&p.a.scq).len(), 3);
+}
+
+/// The delay is at most 1/16 of the QP's local ACK timeout: with `timeout` 1
+/// (8.192 µs) an ACK waits 512 ns.
+#[test]
+fn the_delay_is_at_most_a_sixteenth_of_the_ack_timeout() {
+    let mut p = Pair::new(Cfg {
+        ack_delay: Some(DELAY),
+        timeout: 1,
+        ..Cfg::default()
+    });
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    deliver_wire(&mut p);
+    assert_eq!(p.pump(), 0);
+    assert_eq!(
+        p.b.dev.poll_timeout(),
+        Some(p.now + Duration::from_nanos(512))
+    );
+}
+
+/// READ responses, ATOMIC ACKNOWLEDGEs and NAKs never wait.
+#[test]
+fn responses_with_data_and_naks_are_not_held() {
+    let mut p = pair();
+    let rkey = p.b.mr.rkey();
+    p.a.post(
+        1,
+        SendOp::RdmaRead {
+            remote_addr: p.b.va(0),
+            rkey,
+        },
+        vec![p.a.sge(0, 64)],
+        SendFlags::SIGNALED,
+    );
+    p.a.post(
+        2,
+        SendOp::AtomicFetchAndAdd {
+            remote_addr: p.b.va(128),
+            rkey,
+            add: 1,
+        },
+        vec![p.a.sge(256, 8)],
+        SendFlags::SIGNALED,
+    );
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    p.pump();
+    let ops: Vec<_> = b_since(&p, from).into_iter().map(|(o, ..)| o).collect();
+    assert_eq!(
+        ops,
+        [
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+            Opcode::RC_ATOMIC_ACKNOWLEDGE
+        ]
+    );
+
+    let mut p = pair();
+    let rkey = p.b.mr.rkey() ^ 1;
+    p.a.post(
+        3,
+        SendOp::RdmaWrite {
+            remote_addr: p.b.va(0),
+            rkey,
+        },
+        vec![p.a.sge(0, 8)],
+        SendFlags::SIGNALED,
+    );
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [(
+            Opcode::RC_ACKNOWLEDGE,
+            100,
+            Some(AethSyndrome::Nak(NakCode::RemoteAccessError))
+        )]
+    );
+}
+
+/// `release_held_acks` (the engine's last send before a device or the process goes)
+/// sends a held ACK at once; so does destroying its QP.
+#[test]
+fn held_acks_are_released_for_the_last_send_and_by_destroy() {
+    let mut p = pair();
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    deliver_wire(&mut p);
+    assert_eq!(p.pump(), 0);
+    p.b.dev.release_held_acks();
+    let from = p.log.len();
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [(Opcode::RC_ACKNOWLEDGE, 100, Some(ACK))]
+    );
+
+    // Destroyed while holding: the ACK still goes.
+    p.b.post_recv(8, 0, 100);
+    p.a.post(2, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    deliver_wire(&mut p);
+    p.pump();
+    deliver_wire(&mut p);
+    assert_eq!(p.pump(), 0);
+    let spare = p.b.new_qp(&Cfg::default());
+    drop(std::mem::replace(&mut p.b.qp, spare));
+    let from = p.log.len();
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [(Opcode::RC_ACKNOWLEDGE, 101, Some(ACK))]
+    );
+}
