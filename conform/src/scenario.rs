@@ -529,6 +529,15 @@ impl Scenario {
             }
             Step::Send(p) => {
                 opcode_from_name(&p.opcode).ok_or(format!("unknown opcode {:?}", p.opcode))?;
+                if p.psn > PSN_MAX {
+                    return Err(format!("send: psn {:#x} does not fit 24 bits", p.psn));
+                }
+                if p.payload_len > MAX_PAYLOAD || p.extra_bytes > MAX_PAYLOAD {
+                    return Err(format!(
+                        "send: payload_len {} and extra_bytes {} must each be at most {MAX_PAYLOAD}",
+                        p.payload_len, p.extra_bytes
+                    ));
+                }
                 for m in [&p.reth_mr, &p.atomic_mr].into_iter().flatten() {
                     mr(m)?;
                 }
@@ -567,8 +576,19 @@ impl Scenario {
             }
             Step::Memory(m) => {
                 mr(&m.mr)?;
-                if let Some(h) = &m.hex {
-                    parse_hex(h)?;
+                let len = match &m.hex {
+                    Some(h) => parse_hex(h)?.len(),
+                    None => m.len,
+                };
+                let region = self.mr.iter().find(|r| r.name == m.mr).map_or(0, |r| r.len);
+                let end = usize::try_from(m.offset)
+                    .ok()
+                    .and_then(|o| o.checked_add(len));
+                if end.is_none_or(|e| e > region) {
+                    return Err(format!(
+                        "memory: {len} bytes at offset {} are outside region {:?} of {region} bytes",
+                        m.offset, m.mr
+                    ));
                 }
             }
             Step::Event(_) => {}
@@ -577,6 +597,13 @@ impl Scenario {
         Ok(())
     }
 }
+
+/// The largest PSN (24 bits, IBTA vol. 1 §9.2).
+const PSN_MAX: u32 = 0xFF_FFFF;
+
+/// The most payload (or trailing bytes) a `send` step may ask for: 64 KiB, far above any
+/// path MTU, so a scenario can send an oversized packet without asking for absurd memory.
+pub const MAX_PAYLOAD: usize = 1 << 16;
 
 /// The default deadline of expectations.
 pub const DEFAULT_WITHIN: Duration = Duration::from_millis(100);

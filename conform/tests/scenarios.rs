@@ -159,3 +159,37 @@ fn dereg_mr_makes_the_keys_invalid() {
         .to_string();
     assert_eq!(e, "x: step 1: no memory region named \"m\"");
 }
+
+/// Values no packet or region can hold are refused when the file is read, naming the
+/// step, instead of being cut to size or asked of the allocator (found by a new user: a
+/// PSN of 25 bits was sent as its low 24, a `payload_len` or memory `len` of 2^64 - 1
+/// panicked).
+#[test]
+fn out_of_range_values_are_refused_at_load() {
+    let base = "rule = \"r\"\n[[mr]]\nname = \"buf\"\nlen = 4096\n[[step]]\n";
+    for (step, says) in [
+        (
+            "send = { opcode = \"RC_SEND_ONLY\", psn = 0x1000100 }",
+            "does not fit 24 bits",
+        ),
+        (
+            "send = { opcode = \"RC_SEND_ONLY\", psn = 0x100, payload_len = 18446744073709551615 }",
+            "at most 65536",
+        ),
+        (
+            "memory = { mr = \"buf\", offset = 4090, fill = 0, len = 18446744073709551615 }",
+            "outside region \"buf\" of 4096 bytes",
+        ),
+        (
+            "memory = { mr = \"buf\", offset = 18446744073709551615, hex = \"00\" }",
+            "outside region",
+        ),
+    ] {
+        let text = format!("{base}{step}\n");
+        let e = Scenario::parse("bad", &text)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(says), "{step}: {e}");
+    }
+}
