@@ -424,7 +424,7 @@ impl<'a> Run<'a> {
             let (base, rkey) = match &p.reth_mr {
                 Some(m) => {
                     let mr = self.mr(m)?;
-                    (mr.addr + p.reth_offset, mr.rkey)
+                    (mr.addr.wrapping_add(p.reth_offset), mr.rkey)
                 }
                 None => (p.reth_offset, 0),
             };
@@ -456,7 +456,7 @@ impl<'a> Run<'a> {
             let (base, rkey) = match &p.atomic_mr {
                 Some(m) => {
                     let mr = self.mr(m)?;
-                    (mr.addr + p.atomic_offset, mr.rkey)
+                    (mr.addr.wrapping_add(p.atomic_offset), mr.rkey)
                 }
                 None => (p.atomic_offset, 0),
             };

@@ -303,7 +303,7 @@ impl Target for SimTarget {
         };
         let sges = match wr.local {
             Some((mr, off, len)) => vec![Sge {
-                addr: mr.addr + off,
+                addr: mr.addr.wrapping_add(off),
                 length: len,
                 lkey: mr.lkey,
             }],
@@ -341,7 +341,7 @@ impl Target for SimTarget {
         let wr = RecvWr {
             wr_id,
             sg_list: vec![Sge {
-                addr: mr.addr + offset,
+                addr: mr.addr.wrapping_add(offset),
                 length: len,
                 lkey: mr.lkey,
             }],

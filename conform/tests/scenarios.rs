@@ -193,3 +193,25 @@ fn out_of_range_values_are_refused_at_load() {
         assert!(e.contains(says), "{step}: {e}");
     }
 }
+
+/// Offsets a scenario gives for addresses on the wire (a RETH's, an atomic's, a local
+/// SGE's) may point anywhere, far outside a region included: they wrap instead of
+/// overflowing, and the stack under test judges them (here: a remote access error).
+#[test]
+fn huge_address_offsets_are_sent_not_a_panic() {
+    let text = "rule = \"r\"\n[[mr]]\nname = \"buf\"\nlen = 4096\n\
+        [[step]]\nsend = { opcode = \"RC_RDMA_WRITE_ONLY\", psn = 0x100, ack_req = true, \
+        reth_mr = \"buf\", reth_offset = 18446744073709551615, reth_len = 8, payload_len = 8 }\n\
+        [[step]]\nexpect = { opcode = \"RC_ACKNOWLEDGE\", syndrome = \"nak\", \
+        nak_code = \"remote_access_error\", psn = 0x100 }\n\
+        [[step]]\npost_recv = { wr_id = 1, mr = \"buf\", offset = 18446744073709551615, len = 8 }\n";
+    let o = run_text("huge-offsets", text);
+    // The WRITE is NAKed (steps 1 and 2 pass); the receive's wrapped address is refused
+    // at post time by the L_Key check, as an error of step 3.
+    let f = o.result.unwrap_err();
+    assert_eq!(f.step, 3, "{f}");
+    assert!(
+        f.what.contains("post_recv failed") && f.what.contains("OutOfBounds"),
+        "{f}"
+    );
+}
