@@ -731,16 +731,19 @@ impl Shared {
     /// [`Progress::Shared`]'s thread. While the application keeps calling (poll_cq,
     /// post_send: its calls run passes), the thread *covers*: it sleeps without watching the
     /// socket, for a period that starts at [`COVER_MIN`] and doubles, up to `idle_after`,
-    /// each time its own pass on waking finds no datagram left over. A datagram left over
-    /// means the application's calls do not receive (it polls memory for the peer's
-    /// WRITE, as `ib_write_lat` does, or computes between calls): the thread then runs as
-    /// [`Progress::Thread`] without busy polling, watching the socket, for [`PROBATION`]
-    /// before it tries covering again. It also runs so once the application has made no
-    /// call for `idle_after`, or says it is about to block ([`Driver::idle`]).
+    /// each time it wakes to find the application still polling (a call within the last
+    /// [`COVER_MIN`], or a pass of its under way) or its own pass finds no datagram left
+    /// over. A datagram left over means the application's calls do not receive (it polls
+    /// memory for the peer's WRITE, as `ib_write_lat` does, or computes between calls):
+    /// the thread then runs as [`Progress::Thread`] without busy polling, watching the
+    /// socket, for [`PROBATION`] before it tries covering again. It also runs so once the
+    /// application has made no call for `idle_after`, or says it is about to block
+    /// ([`Driver::idle`]).
     fn run_shared(&self, idle_after: Duration) {
         let idle_ns = u64::try_from(idle_after.as_nanos()).unwrap_or(u64::MAX);
         let probation_ns = u64::try_from(PROBATION.as_nanos()).unwrap_or(u64::MAX);
         let min = COVER_MIN.min(idle_after);
+        let cover_min_ns = u64::try_from(min.as_nanos()).unwrap_or(u64::MAX);
         let mut period = min;
         let mut probation_until = 0u64;
         while !self.stop.load(Ordering::Acquire) {
@@ -748,7 +751,19 @@ impl Shared {
             let now = self.now().as_nanos();
             if seen != 0 && now.saturating_sub(seen) < idle_ns && now >= probation_until {
                 self.cover(period);
-                if self.pass_received(true).1 {
+                // The application called within the last COVER_MIN, or is in a pass now
+                // (the lock is taken): it is polling, so what arrived is its to receive.
+                // Taking it here would race the application for its own datagrams and,
+                // on one CPU, preempt it (it took 1-CPU guests into probation again and
+                // again).
+                let seen = self.app_seen.load(Ordering::SeqCst);
+                let polling =
+                    seen != 0 && self.now().as_nanos().saturating_sub(seen) < cover_min_ns;
+                if polling {
+                    period = (period * 2).min(idle_after);
+                    continue;
+                }
+                if self.pass_received(false).1 {
                     period = min;
                     probation_until = self.now().as_nanos().saturating_add(probation_ns);
                 } else {
