@@ -150,6 +150,53 @@ counters! {
     cc_rate_cuts => CcRateCuts,
 }
 
+// A `Tally` keeps one bit per counter in a u64.
+const _: () = assert!(Counter::COUNT <= 64);
+
+/// Counts gathered while one packet, transmit or timer is handled, added to a QP's and
+/// its device's counters at once ([`Tally::for_each`]). It remembers which counters it
+/// touched, so adding it visits those few and not all [`Counter::COUNT`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tally {
+    /// Bit `c as usize` is set once counter `c` got a nonzero addition.
+    touched: u64,
+    /// The counts, by `Counter as usize`; only touched ones are nonzero.
+    n: [u64; Counter::COUNT],
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            touched: 0,
+            n: [0; Counter::COUNT],
+        }
+    }
+}
+
+impl Tally {
+    /// Adds `n` to counter `c` (nothing when `n` is 0).
+    pub(crate) fn add(&mut self, c: Counter, n: u64) {
+        if n != 0 {
+            let i = c as usize;
+            self.n[i] = self.n[i].wrapping_add(n);
+            self.touched |= 1 << i;
+        }
+    }
+
+    /// Calls `f(counter, count)` for every counter with a nonzero count, in declaration
+    /// order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(Counter, u64)) {
+        let mut m = self.touched;
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if self.n[i] != 0 {
+                f(Counter::ALL[i], self.n[i]);
+            }
+        }
+    }
+}
+
 /// A device's counters (see [`Counters`]).
 pub type DeviceCounters = Counters;
 /// A QP's counters (see [`Counters`]).
@@ -193,5 +240,57 @@ mod tests {
         assert_eq!(s.get(Counter::PacketsSent), 1);
         assert_eq!(Counter::IcrcDrops.name(), "icrc_drops");
         assert_eq!(s.iter().count(), Counter::COUNT);
+    }
+
+    #[test]
+    fn counter_all_is_indexed_by_discriminant() {
+        for (i, &c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(c as usize, i, "{}", c.name());
+        }
+    }
+
+    /// Adding a tally into `Counters` (as `merge_counts` does) adds every field, and
+    /// visits only the counters the tally touched.
+    #[test]
+    fn tally_merge_adds_every_field() {
+        let mut t = Tally::default();
+        for (i, &c) in Counter::ALL.iter().enumerate() {
+            t.add(c, i as u64 + 1);
+        }
+        t.add(Counter::PacketsSent, 10);
+        let mut into = Counters::default();
+        into.add(Counter::CcRateCuts, 100);
+        let mut seen = Vec::new();
+        t.for_each(|c, n| {
+            into.add(c, n);
+            seen.push(c);
+        });
+        assert_eq!(seen, Counter::ALL);
+        for (i, &c) in Counter::ALL.iter().enumerate() {
+            let want = i as u64
+                + 1
+                + match c {
+                    Counter::PacketsSent => 10,
+                    Counter::CcRateCuts => 100,
+                    _ => 0,
+                };
+            assert_eq!(into.get(c), want, "{}", c.name());
+        }
+    }
+
+    #[test]
+    fn tally_visits_only_nonzero_counters() {
+        let mut t = Tally::default();
+        t.for_each(|c, _| panic!("empty tally visited {}", c.name()));
+        t.add(Counter::BytesSent, 0);
+        t.add(Counter::RnrNaksSent, 3);
+        t.add(Counter::PacketsReceived, 1);
+        t.add(Counter::PacketsReceived, 1);
+        let mut seen = Vec::new();
+        t.for_each(|c, n| seen.push((c, n)));
+        assert_eq!(
+            seen,
+            [(Counter::PacketsReceived, 2), (Counter::RnrNaksSent, 3)]
+        );
     }
 }

@@ -53,10 +53,11 @@
 
 use crate::counters::{AtomicCounters, Counter, DeviceCounters};
 use crate::device::Device;
+use crate::idhash::{IdMap, IdSet};
 use crate::qp::QueuePair;
 use crate::time::Instant;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
 use uroce_wire::{
@@ -125,18 +126,18 @@ struct Sched {
     /// QPNs with something to send, in the order they became ready (round robin).
     ready: VecDeque<u32>,
     /// The QPNs in `ready`, so a QP is queued once.
-    queued: HashSet<u32>,
+    queued: IdSet<u32>,
     /// (deadline, QPN) of every QP with a timer running.
     timers: BTreeSet<(Instant, u32)>,
     /// The deadline each QP registered in `timers`.
-    deadline: HashMap<u32, Instant>,
+    deadline: IdMap<u32, Instant>,
 }
 
 /// The datapath state a device holds: its QP table, the ready list, the timer wheel, the
 /// counters and the waker.
 #[derive(Default)]
 pub(crate) struct Datapath {
-    qps: Mutex<HashMap<u32, Weak<QueuePair>>>,
+    qps: Mutex<IdMap<u32, Weak<QueuePair>>>,
     sched: Mutex<Sched>,
     pub(crate) counters: AtomicCounters,
     waker: Mutex<Option<Waker>>,
@@ -144,7 +145,7 @@ pub(crate) struct Datapath {
     tap: Mutex<Option<Tap>>,
     has_tap: std::sync::atomic::AtomicBool,
     /// CQs that overflowed since the last [`Datapath::settle_cq_errors`].
-    cq_errors: Mutex<HashSet<u32>>,
+    cq_errors: Mutex<IdSet<u32>>,
     /// Packets of destroyed QPs still to send (their last ACKs, see [`Datapath::linger`]);
     /// `has_linger` spares the lock when there are none.
     linger: Mutex<VecDeque<(Transmit, Vec<u8>)>>,

@@ -635,9 +635,11 @@ impl Shared {
         let mut work = false;
         let local = io.link.local_addr();
         let policy = self.icrc;
+        // One clock reading serves every step until one of them did something (handling
+        // datagrams or timers takes time): an empty poll reads the clock once, not thrice.
+        let mut now = self.now();
         if let Link::Udp(udp) = &mut io.link {
             if udp.has_groups() {
-                let now = self.now();
                 let port = local.port();
                 let got = udp.recv_groups(|src, group, payload, _ecn| {
                     let to = std::net::SocketAddr::new(group, port);
@@ -652,8 +654,10 @@ impl Shared {
                 }
             }
         }
-        for _ in 0..self.max_batches {
-            let now = self.now();
+        for i in 0..self.max_batches {
+            if i > 0 || work {
+                now = self.now();
+            }
             let (got, batch) = match &mut io.link {
                 Link::Udp(udp) => (
                     udp.recv_ecn(|src, payload, ecn| {
@@ -685,20 +689,27 @@ impl Shared {
             }
         }
         let received = work;
-        let now = self.now();
+        if work {
+            now = self.now();
+        }
         if dp.poll_timeout().is_some_and(|d| d <= now) {
             dp.handle_timeout(now);
             self.timer_fires.fetch_add(1, Ordering::Relaxed);
             work = true;
+            now = self.now();
         }
-        let out = self.send(&mut io);
+        let out = self.send_at(&mut io, now);
         (work || out.sent > 0, received)
     }
 
     /// The send half of a pass: what the device has, up to the batch limit.
     fn send(&self, io: &mut Io) -> SendOutcome {
+        self.send_at(io, self.now())
+    }
+
+    /// [`Shared::send`] with the time already read.
+    fn send_at(&self, io: &mut Io, now: Instant) -> SendOutcome {
         let dp = &*self.dp;
-        let now = self.now();
         let out: SendOutcome = match &mut io.link {
             Link::Udp(udp) => udp.send(self.max_batches, |buf| dp.poll_transmit(now, buf)),
             Link::Raw(raw) => {

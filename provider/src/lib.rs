@@ -41,6 +41,7 @@ pub mod device;
 pub mod error;
 pub mod event;
 pub mod explain;
+pub(crate) mod idhash;
 pub mod limits;
 pub mod mcast;
 pub mod mr;

@@ -55,10 +55,10 @@
 
 use crate::device::Device;
 use crate::error::{Error, Resource, Result};
+use crate::idhash::IdMap;
 use crate::pd::{PdId, ProtectionDomain};
 use bitflags::bitflags;
 use rand::Rng;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -890,8 +890,8 @@ fn write_words(words: &[AtomicU64], offset: usize, data: &[u8]) {
 /// The live memory regions of a device, by key.
 #[derive(Default)]
 pub struct MrTable {
-    by_lkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
-    by_rkey: HashMap<u32, std::sync::Weak<MemoryRegion>>,
+    by_lkey: IdMap<u32, std::sync::Weak<MemoryRegion>>,
+    by_rkey: IdMap<u32, std::sync::Weak<MemoryRegion>>,
     /// The memory windows (see [`crate::mw`]).
     pub(crate) mws: crate::mw::MwTable,
 }
@@ -959,7 +959,7 @@ impl MrTable {
     }
 
     fn lookup(
-        map: &HashMap<u32, std::sync::Weak<MemoryRegion>>,
+        map: &IdMap<u32, std::sync::Weak<MemoryRegion>>,
         key: u32,
     ) -> Result<Arc<MemoryRegion>, AccessFault> {
         map.get(&key)

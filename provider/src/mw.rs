@@ -50,10 +50,10 @@
 
 use crate::device::Device;
 use crate::error::{Error, Resource, Result};
+use crate::idhash::IdMap;
 use crate::mr::{AccessFault, AccessFlags, MemoryRegion, MrTable};
 use crate::pd::{PdId, ProtectionDomain};
 use crate::qp::state::QpType;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -205,7 +205,7 @@ impl Entry {
 /// The live windows of a device, by index (part of [`MrTable`]).
 #[derive(Debug, Default)]
 pub struct MwTable {
-    by_id: HashMap<u32, Entry>,
+    by_id: IdMap<u32, Entry>,
 }
 
 impl MwTable {

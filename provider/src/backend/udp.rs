@@ -324,6 +324,64 @@ struct RxBatch {
     hdrs: Box<[libc::mmsghdr]>,
     /// Control-message space, [`CTRL_WORDS`] per datagram (u64 for cmsghdr alignment).
     ctrl: Box<[u64]>,
+    /// The (batch size, control space wanted) `hdrs` were set up for by [`RxBatch::arm`];
+    /// `None` until the first call.
+    armed: Option<(usize, bool)>,
+    /// How many headers from the front the kernel may have written into since they were
+    /// last armed (the last `recvmmsg` filled that many, less one).
+    dirty: usize,
+}
+
+impl RxBatch {
+    /// Arrays for `b` datagrams, all zero (armed by the first [`RxBatch::arm`]).
+    fn new(b: usize) -> RxBatch {
+        RxBatch {
+            bufs: vec![0u8; b * RX_BUF].into_boxed_slice(),
+            names: zeroed_slice(b),
+            iovs: zeroed_slice(b),
+            hdrs: zeroed_slice(b),
+            ctrl: vec![0u64; b * CTRL_WORDS].into_boxed_slice(),
+            armed: None,
+            dirty: 0,
+        }
+    }
+
+    /// Makes `hdrs[..b]` ready for `recvmmsg`. The pointers (to `names`, `iovs`, `bufs`
+    /// and `ctrl`, boxed slices whose heap addresses never change) are written only when
+    /// `b` or `want_ctrl` differ from the last call; otherwise only the headers the last
+    /// call may have filled get their lengths and flags back, which is all the kernel
+    /// writes (`msg_namelen`, `msg_controllen`, `msg_flags`, `msg_len`).
+    fn arm(&mut self, b: usize, want_ctrl: bool) {
+        assert!(b <= self.hdrs.len(), "batch {b} beyond the arrays");
+        if self.armed != Some((b, want_ctrl)) {
+            for i in 0..b {
+                self.iovs[i] = libc::iovec {
+                    // SAFETY: i * RX_BUF + RX_BUF <= bufs.len(): the pointer stays in bounds.
+                    iov_base: unsafe { self.bufs.as_mut_ptr().add(i * RX_BUF) }.cast(),
+                    iov_len: RX_BUF,
+                };
+                let h = &mut self.hdrs[i].msg_hdr;
+                h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_iov = &mut self.iovs[i];
+                h.msg_iovlen = 1;
+                h.msg_control = if want_ctrl {
+                    // SAFETY: (i + 1) * CTRL_WORDS <= ctrl.len(): in bounds.
+                    unsafe { self.ctrl.as_mut_ptr().add(i * CTRL_WORDS) }.cast()
+                } else {
+                    std::ptr::null_mut()
+                };
+            }
+            self.armed = Some((b, want_ctrl));
+            self.dirty = b;
+        }
+        for m in &mut self.hdrs[..self.dirty.min(b)] {
+            m.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_controllen = if want_ctrl { CTRL_WORDS * 8 } else { 0 };
+            m.msg_hdr.msg_flags = 0;
+            m.msg_len = 0;
+        }
+        self.dirty = 0;
+    }
 }
 
 /// Control-message space per received datagram, in u64 words: one `IP_TOS` (1 byte) or
@@ -376,7 +434,9 @@ struct TxBatch {
 }
 
 // SAFETY: the raw pointers in iovec/mmsghdr only ever point into the boxed arrays of the
-// same struct (set right before each syscall); nothing is shared between threads.
+// same struct (for RxBatch set by `RxBatch::arm`, for TxBatch right before each syscall);
+// a boxed slice's heap address does not change when the struct moves; nothing is shared
+// between threads.
 unsafe impl Send for RxBatch {}
 // SAFETY: as for RxBatch.
 unsafe impl Send for TxBatch {}
@@ -612,13 +672,7 @@ impl UdpSockets {
                 .unwrap_or(Mtu::Mtu1024)
         });
         let b = config.batch;
-        let rx = RxBatch {
-            bufs: vec![0u8; b * RX_BUF].into_boxed_slice(),
-            names: zeroed_slice(b),
-            iovs: zeroed_slice(b),
-            hdrs: zeroed_slice(b),
-            ctrl: vec![0u64; b * CTRL_WORDS].into_boxed_slice(),
-        };
+        let rx = RxBatch::new(b);
         let tx = TxBatch {
             bufs: vec![0u8; b * TX_BUF].into_boxed_slice(),
             len: vec![0; b].into_boxed_slice(),
@@ -822,29 +876,8 @@ impl UdpSockets {
         let b = self.batch;
         let want_ctrl = self.recv_ecn;
         let rx = &mut self.rx;
-        for i in 0..b {
-            rx.iovs[i] = libc::iovec {
-                // SAFETY: i * RX_BUF + RX_BUF <= bufs.len(): the pointer stays in bounds.
-                iov_base: unsafe { rx.bufs.as_mut_ptr().add(i * RX_BUF) }.cast(),
-                iov_len: RX_BUF,
-            };
-            let h = &mut rx.hdrs[i].msg_hdr;
-            h.msg_name = (&mut rx.names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_iov = &mut rx.iovs[i];
-            h.msg_iovlen = 1;
-            if want_ctrl {
-                // SAFETY: (i + 1) * CTRL_WORDS <= ctrl.len(): in bounds.
-                h.msg_control = unsafe { rx.ctrl.as_mut_ptr().add(i * CTRL_WORDS) }.cast();
-                h.msg_controllen = CTRL_WORDS * 8;
-            } else {
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-            }
-            h.msg_flags = 0;
-            rx.hdrs[i].msg_len = 0;
-        }
-        // SAFETY: `hdrs` holds `b` initialised mmsghdrs whose name/iov pointers point into
+        rx.arm(b, want_ctrl);
+        // SAFETY: `arm` left `hdrs[..b]` initialised, their name/iov/control pointers into
         // live arrays of `rx` with the sizes given; MSG_DONTWAIT never blocks.
         let n = unsafe {
             libc::recvmmsg(
@@ -855,6 +888,9 @@ impl UdpSockets {
                 std::ptr::null_mut(),
             )
         };
+        // The kernel wrote the headers it filled; the next one too, should an error have
+        // stopped it partway (it writes nothing on EAGAIN, but re-arming one is cheap).
+        rx.dirty = (n.max(0) as usize + 1).min(b);
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.raw_os_error() {
@@ -1158,6 +1194,53 @@ mod tests {
             std_to_storage(a, &mut st);
             // SAFETY: just written by std_to_storage.
             assert_eq!(unsafe { storage_to_std(&st) }, Some(a));
+        }
+    }
+
+    /// `arm` writes the pointers once, then gives back only what the kernel changed, in
+    /// the headers it may have filled; a new control setting re-arms everything.
+    #[test]
+    fn rx_headers_are_armed_once_and_rearmed_where_filled() {
+        let full = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let mut rx = RxBatch::new(4);
+        rx.arm(4, true);
+        let ptrs = |rx: &RxBatch| -> Vec<_> {
+            rx.hdrs
+                .iter()
+                .map(|m| (m.msg_hdr.msg_name, m.msg_hdr.msg_iov, m.msg_hdr.msg_control))
+                .collect()
+        };
+        let first = ptrs(&rx);
+        for (i, m) in rx.hdrs.iter().enumerate() {
+            assert_eq!(
+                m.msg_hdr.msg_name,
+                (&rx.names[i] as *const libc::sockaddr_storage) as *mut _
+            );
+            assert_eq!(m.msg_hdr.msg_iovlen, 1);
+            assert_eq!(rx.iovs[i].iov_len, RX_BUF);
+            assert_eq!(m.msg_hdr.msg_namelen, full);
+            assert_eq!(m.msg_hdr.msg_controllen, CTRL_WORDS * 8);
+        }
+        // What recvmmsg returning 2 writes (an IPv4 source, one cmsg, a truncation).
+        for m in &mut rx.hdrs[..2] {
+            m.msg_hdr.msg_namelen = 16;
+            m.msg_hdr.msg_controllen = 24;
+            m.msg_hdr.msg_flags = libc::MSG_TRUNC;
+            m.msg_len = 99;
+        }
+        rx.dirty = 3;
+        rx.arm(4, true);
+        assert_eq!(ptrs(&rx), first);
+        for m in rx.hdrs.iter() {
+            assert_eq!(m.msg_hdr.msg_namelen, full);
+            assert_eq!(m.msg_hdr.msg_controllen, CTRL_WORDS * 8);
+            assert_eq!((m.msg_hdr.msg_flags, m.msg_len), (0, 0));
+        }
+        assert_eq!(rx.dirty, 0);
+        rx.arm(4, false);
+        for m in rx.hdrs.iter() {
+            assert!(m.msg_hdr.msg_control.is_null());
+            assert_eq!(m.msg_hdr.msg_controllen, 0);
         }
     }
 

@@ -40,7 +40,7 @@ pub mod ud;
 #[cfg(test)]
 mod tests;
 
-use crate::counters::{Counter, Counters, QpCounters};
+use crate::counters::{Counter, QpCounters, Tally};
 use crate::cq::CompletionQueue;
 use crate::datapath::{qp_src_port, Transmit};
 use crate::explain::{ErrReason, ErrorCause};
@@ -144,8 +144,8 @@ impl RcTransport {
 }
 
 /// The counts of one received packet, to which its handling adds.
-fn received_tally(pkt: &RocePacket<&[u8]>) -> Counters {
-    let mut tally = Counters::default();
+fn received_tally(pkt: &RocePacket<&[u8]>) -> Tally {
+    let mut tally = Tally::default();
     tally.add(Counter::PacketsReceived, 1);
     tally.add(Counter::BytesReceived, pkt.total_len() as u64);
     tally
@@ -161,15 +161,12 @@ fn route(qp: &QueuePair, attr: &QpAttr) -> Route {
 
 impl QueuePair {
     /// Adds `tally` to the QP's and the device's counters.
-    fn merge_counts(&self, inner: &mut QpInner, tally: &Counters) {
+    fn merge_counts(&self, inner: &mut QpInner, tally: &Tally) {
         let dp = self.pd().device().datapath();
-        for &c in Counter::ALL {
-            let n = tally.get(c);
-            if n != 0 {
-                inner.rc.counters.add(c, n);
-                dp.count(c, n);
-            }
-        }
+        tally.for_each(|c, n| {
+            inner.rc.counters.add(c, n);
+            dp.count(c, n);
+        });
     }
 
     fn count1(&self, inner: &mut QpInner, c: Counter) {
@@ -410,7 +407,7 @@ impl QueuePair {
                 if ce {
                     self.note_ce(inner, now, src, &repr);
                 }
-                let mut tally = Counters::default();
+                let mut tally = Tally::default();
                 self.note_comm_est(inner, state);
                 self.uc_packet(inner, &repr, pkt.payload(), &mut tally);
                 self.merge_counts(inner, &tally);
@@ -422,7 +419,7 @@ impl QueuePair {
                 if ce {
                     self.note_ce(inner, now, src, &repr);
                 }
-                let mut tally = Counters::default();
+                let mut tally = Tally::default();
                 self.ud_packet(inner, src.ip(), group, &repr, pkt, &mut tally);
                 self.merge_counts(inner, &tally);
                 self.sync_datapath(inner, false);
@@ -441,7 +438,7 @@ impl QueuePair {
         if ce {
             self.note_ce(inner, now, src, &repr);
         }
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         self.note_comm_est(inner, state);
         if info.is_request() {
             self.responder_packet(inner, &repr, pkt.payload(), &mut tally);
@@ -519,7 +516,7 @@ impl QueuePair {
         inner: &mut QpInner,
         repr: &RoceRepr,
         payload: &[u8],
-        tally: &mut Counters,
+        tally: &mut Tally,
     ) {
         let ctx = self.resp_ctx(&inner.attr);
         let mut acts = std::mem::take(&mut inner.rc.resp_actions);
@@ -684,7 +681,7 @@ impl QueuePair {
             return out;
         }
         let route = route(self, &a);
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         let mut sent = None;
         let response = if self.hold_ack(inner, now) {
             None
@@ -808,7 +805,7 @@ impl QueuePair {
         }
         inner.rc.resp.keep_only_acks();
         let route = route(self, &a);
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         let mut buf = vec![0u8; crate::datapath::MAX_ROCE_PACKET_LEN];
         while let Some((len, what)) =
             inner
@@ -868,7 +865,7 @@ impl QueuePair {
         let _span = crate::trace::enter_hot(&self.span);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         while let Some(t) = inner.rc.timers.expired(now) {
             if t == Timer::AckDelay {
                 // In any state: a QP in RTR acknowledges too.
@@ -975,7 +972,7 @@ impl QueuePair {
         };
         let len = cc::emit_cnp(r, dest.qpn, buf);
         tracing::debug!(to = %dest.peer, to_qpn = %crate::trace::Qpn(dest.qpn), "CNP sent");
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         tally.add(Counter::CnpSent, 1);
         tally.add(Counter::PacketsSent, 1);
         tally.add(Counter::BytesSent, len as u64);
@@ -1052,13 +1049,7 @@ pub fn pkey_matches(pkt: u16, ours: u16) -> bool {
 
 impl QueuePair {
     /// A UC request packet (see [`uc`]).
-    fn uc_packet(
-        &self,
-        inner: &mut QpInner,
-        repr: &RoceRepr,
-        payload: &[u8],
-        tally: &mut Counters,
-    ) {
+    fn uc_packet(&self, inner: &mut QpInner, repr: &RoceRepr, payload: &[u8], tally: &mut Tally) {
         // UC has no RNR NAKs and no responder resources (IBTA §9.7: nothing is NAKed).
         let ctx = RespCtx {
             min_rnr_timer: 0,
@@ -1094,7 +1085,7 @@ impl QueuePair {
         group: Option<std::net::IpAddr>,
         repr: &RoceRepr,
         pkt: &RocePacket<&[u8]>,
-        tally: &mut Counters,
+        tally: &mut Tally,
     ) {
         let dev = self.pd().device();
         let ctx = ud::UdRecvCtx {
@@ -1247,7 +1238,7 @@ impl QueuePair {
                     .map(|(len, last)| (len, r.peer, last))
             }
         };
-        let mut tally = Counters::default();
+        let mut tally = Tally::default();
         let out = match built {
             Ok((len, dst, last)) => {
                 tracing::trace!(len, %dst, "packet sent");
