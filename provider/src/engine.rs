@@ -742,8 +742,8 @@ impl Shared {
     /// [`Progress::Shared`]'s thread. While the application keeps calling (poll_cq,
     /// post_send: its calls run passes), the thread *covers*: it sleeps without watching the
     /// socket, for a period that starts at [`COVER_MIN`] and doubles, up to `idle_after`,
-    /// each time it wakes to find the application still polling (a call within the last
-    /// [`COVER_MIN`], or a pass of its under way) or its own pass finds no datagram left
+    /// each time it wakes to find the application still polling (it called while the
+    /// thread slept, or a pass of its is under way) or its own pass finds no datagram left
     /// over. A datagram left over means the application's calls do not receive (it polls
     /// memory for the peer's WRITE, as `ib_write_lat` does, or computes between calls):
     /// the thread then runs as [`Progress::Thread`] without busy polling, watching the
@@ -754,7 +754,6 @@ impl Shared {
         let idle_ns = u64::try_from(idle_after.as_nanos()).unwrap_or(u64::MAX);
         let probation_ns = u64::try_from(PROBATION.as_nanos()).unwrap_or(u64::MAX);
         let min = COVER_MIN.min(idle_after);
-        let cover_min_ns = u64::try_from(min.as_nanos()).unwrap_or(u64::MAX);
         let mut period = min;
         let mut probation_until = 0u64;
         while !self.stop.load(Ordering::Acquire) {
@@ -762,15 +761,15 @@ impl Shared {
             let now = self.now().as_nanos();
             if seen != 0 && now.saturating_sub(seen) < idle_ns && now >= probation_until {
                 self.cover(period);
-                // The application called within the last COVER_MIN, or is in a pass now
-                // (the lock is taken): it is polling, so what arrived is its to receive.
-                // Taking it here would race the application for its own datagrams and,
-                // on one CPU, preempt it (it took 1-CPU guests into probation again and
-                // again).
-                let seen = self.app_seen.load(Ordering::SeqCst);
-                let polling =
-                    seen != 0 && self.now().as_nanos().saturating_sub(seen) < cover_min_ns;
-                if polling {
+                // The application called while the thread slept, or is in a pass now (the
+                // lock is taken): it is polling, and what arrived since its last call is
+                // its to receive at its next. Taking it here would race the application
+                // for its own datagrams and, on one CPU, where the thread's wake-up
+                // preempts the application (often while the kernel was handing it that
+                // very datagram), put the thread on probation again and again: in the
+                // lab's 1-CPU guests it did most of the work of a busy-polling
+                // `ib_send_lat` that way, with a context switch per packet.
+                if self.app_seen.load(Ordering::SeqCst) != seen {
                     period = (period * 2).min(idle_after);
                     continue;
                 }
