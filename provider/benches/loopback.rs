@@ -16,7 +16,11 @@
 //! - the memory an idle QP costs: RSS delta over 10 000 RC QPs in RTS, and `size_of` of
 //!   the main structures.
 //!
-//! Every run is bounded by a time budget; the whole binary takes about 25 seconds. Uses
+//! - write-bw of 1 QP with GSO / GRO off (the backend before them), and over IPv6 (`::1`
+//!   to `fd00::2`, where the host has both) with them on and off: IPv6 is where uroce
+//!   sends GSO ([`UdpConfig::gso`]).
+//!
+//! Every run is bounded by a time budget; the whole binary takes about 45 seconds. Uses
 //! 127.15.x.y addresses.
 
 use std::hint::black_box;
@@ -444,7 +448,18 @@ struct WriteBw {
 /// RC WRITE of 64 KiB messages over `qps` QP pairs, `WINDOW` outstanding in all (QPs
 /// taken in turn); delivered payload rate over `BW_TIME` after 0.3 s of warm-up.
 fn write_bw(a_addr: &str, b_addr: &str, qps: usize) -> WriteBw {
-    let backend = UdpBackend::default();
+    write_bw_on(a_addr, b_addr, qps, UdpConfig::default())
+}
+
+/// [`write_bw`] with socket options `udp` (GSO / GRO on or off; MTU 4096).
+fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteBw {
+    let backend = UdpBackend {
+        udp: UdpConfig {
+            mtu: Some(uroce_wire::Mtu::Mtu4096),
+            ..udp
+        },
+        ..UdpBackend::default()
+    };
     let a = open(a_addr, &backend, MSG);
     let b = open(b_addr, &backend, MSG);
     let ps = pairs(&a, &b, qps, (WINDOW as u32).max(4));
@@ -641,9 +656,37 @@ fn main() {
     // without raising the RSS).
     let idle = idle_qp_bytes(128);
     let (mut raws, mut w1s) = (Vec::new(), Vec::new());
+    // GSO / GRO off (the backend before them), and IPv6 both ways when the host has two
+    // IPv6 addresses (::1 and fd00::2 in the test VM).
+    let off = UdpConfig {
+        gso: false,
+        gro: false,
+        ..UdpConfig::default()
+    };
+    let v6 = ["::1", "fd00::2"];
+    let have_v6 = v6
+        .iter()
+        .all(|a| UdpSocket::bind(SocketAddr::new(ip(a), 0)).is_ok());
+    let (mut w1_off, mut w6_on, mut w6_off) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..BW_ROUNDS {
         raws.push(raw_blast("127.15.0.1", "127.15.0.2"));
         w1s.push(write_bw("127.15.1.1", "127.15.1.2", 1));
+        w1_off.push(write_bw_on("127.15.1.5", "127.15.1.6", 1, off.clone()).gbit);
+        if have_v6 {
+            w6_on.push(
+                write_bw_on(
+                    v6[0],
+                    v6[1],
+                    1,
+                    UdpConfig {
+                        gso: true,
+                        ..UdpConfig::default()
+                    },
+                )
+                .gbit,
+            );
+            w6_off.push(write_bw_on(v6[0], v6[1], 1, off.clone()).gbit);
+        }
     }
     let spread = |v: &[f64]| {
         let (lo, hi) = v
@@ -684,6 +727,29 @@ fn main() {
         "  uroce RC WRITE, 1 QP, {WINDOW} outstanding            {:>6.2}  ({w1_spread}; {} retransmits)",
         w1.gbit, w1.retransmits
     );
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    println!(
+        "  uroce RC WRITE, 1 QP, IPv4, GRO and GSO off        {:>6.2}  ({})",
+        median(&mut w1_off.clone()),
+        spread(&w1_off)
+    );
+    if have_v6 {
+        println!(
+            "  uroce RC WRITE, 1 QP, IPv6 ::1 -> fd00::2, GSO+GRO {:>6.2}  ({})",
+            median(&mut w6_on.clone()),
+            spread(&w6_on)
+        );
+        println!(
+            "  uroce RC WRITE, 1 QP, IPv6, GSO and GRO off        {:>6.2}  ({})",
+            median(&mut w6_off.clone()),
+            spread(&w6_off)
+        );
+    } else {
+        println!("  uroce RC WRITE over IPv6: skipped (no ::1 and fd00::2 on this host)");
+    }
     println!(
         "  uroce RC WRITE, 256 QPs, {WINDOW} outstanding in all  {:>6.2}  ({} retransmits)",
         w256.gbit, w256.retransmits

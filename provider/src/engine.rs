@@ -664,7 +664,7 @@ impl Shared {
                         let icrc = policy.classify(src, local, payload);
                         dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
                     }),
-                    udp.batch(),
+                    udp.rx_batch(),
                 ),
                 Link::Raw(raw) => (
                     raw.recv(|src, payload, icrc, ecn| {

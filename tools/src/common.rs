@@ -323,8 +323,10 @@ pub fn open_with(dev: &Device, pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Res
         match backend {
             BackendKind::Udp => dev.open_on(
                 &uroce_provider::backend::udp::UdpBackend {
+                    udp: uroce_provider::backend::udp::UdpConfig::default()
+                        .with_env()
+                        .map_err(|e| e.to_string())?,
                     engine,
-                    ..Default::default()
                 },
                 seed,
             ),

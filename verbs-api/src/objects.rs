@@ -185,8 +185,9 @@ impl Device {
 /// needs `CAP_NET_RAW` and an address on a non-loopback Ethernet interface). Both with
 /// default options but the progress mode, which `UROCE_PROGRESS` gives
 /// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
-/// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]).
-/// Any other value is a [`VerbsError::Backend`] that says what is allowed.
+/// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]),
+/// and its UDP GSO / GRO, which `UROCE_GSO=0` / `UROCE_GRO=0` turn off
+/// ([`p::backend::udp::UdpConfig::with_env`]). Any other value is a [`VerbsError::Backend`] that says what is allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
     let engine = p::engine::EngineConfig {
@@ -199,8 +200,8 @@ pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     };
     match v.trim().to_ascii_lowercase().as_str() {
         "" | "udp" => Ok(Box::new(p::backend::udp::UdpBackend {
+            udp: p::backend::udp::UdpConfig::default().with_env()?,
             engine,
-            ..Default::default()
         })),
         "raw" => Ok(Box::new(p::backend::raw::RawBackend {
             engine,

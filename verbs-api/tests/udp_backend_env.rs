@@ -1,4 +1,5 @@
-//! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`.
+//! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`;
+//! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off.
 //! One test only, so no other test of this binary sees the environment change.
 
 use uroce_verbs::*;
@@ -58,4 +59,20 @@ fn uroce_backend_selects_udp_or_raw_and_refuses_anything_else() {
         "{m}"
     );
     std::env::remove_var("UROCE_BACKEND");
+
+    // UROCE_GSO / UROCE_GRO: 0 or 1 (off / on); a device opens either way.
+    std::env::set_var("UROCE_GSO", "0");
+    std::env::set_var("UROCE_GRO", "off");
+    assert_eq!(backend_from_env().unwrap().name(), "udp");
+    assert_eq!(devs[0].open().unwrap().backend(), "udp");
+    std::env::set_var("UROCE_GSO", "sometimes");
+    let e = devs[0].open().unwrap_err();
+    assert!(
+        matches!(e, VerbsError::Backend(BackendError::Config(_))),
+        "{e:?}"
+    );
+    let m = one_line(&e);
+    assert!(m.contains("UROCE_GSO") && m.contains('0'), "{m}");
+    std::env::remove_var("UROCE_GSO");
+    std::env::remove_var("UROCE_GRO");
 }

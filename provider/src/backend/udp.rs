@@ -47,16 +47,45 @@
 //! every batch: no allocation on the datapath. A received payload is handed to the device
 //! straight from the socket buffer; the device copies it once, into the MR.
 //!
-//! **No UDP GSO** in this backend. With GSO the kernel gives the segments of one send
-//! IPv4 IDs 0, 1, 2, ..., so every segment but the first would need an ICRC computed for
-//! its own ID, and the segments of one send must share destination, source socket and
-//! size. Measured (same bench): GSO with 15 x 4132-byte segments per send pushes
-//! 570-610 k datagrams/s (about 20 Gbit/s, 3.5x `sendmmsg`), but a `recvmmsg` receiver
-//! keeps only 35% of them (~210 k/s, the same ceiling the `sendmmsg` runs hit at 71-91%
-//! delivered): the receive side, not the send side, limits loopback today. GSO is
-//! therefore worth it only together with UDP GRO on receive; the natural next step is
-//! both for IPv6 (no ID field, one ICRC per segment as now) and for IPv4 with per-segment
-//! ICRCs for IDs 0, 1, 2, ...
+//! **UDP GRO on receive** ([`UdpConfig::gro`], default on, both families): the receive
+//! socket sets `UDP_GRO`, so the kernel may hand over several datagrams of one sender
+//! coalesced into one (a GSO send arriving over loopback, or what a NIC's GRO merged).
+//! Its `UDP_GRO` control message gives the segment size, and [`split_gro`] cuts the
+//! datagram back into the datagrams that were sent (the last may be shorter), each given
+//! to the device with the same source address and ECN codepoint; no control message
+//! means one datagram, as without GRO. A coalesced datagram needs a 64 KiB buffer, so
+//! with GRO the receive arrays hold at most [`GRO_RX_ENTRIES`] = 16 entries of
+//! [`GRO_RX_BUF`] = 64 KiB (1 MiB per device; 32 x 4136 B = 129 KiB without GRO): up to
+//! 16 x 15 packets of MTU 4096 per `recvmmsg`, or 16 datagrams not coalesced. A
+//! truncated datagram (`MSG_TRUNC`) and a piece larger than a RoCE packet are counted in
+//! [`UdpStats::rx_truncated`], never split. A kernel that refuses `UDP_GRO` leaves the
+//! receive path as without it (logged at debug, [`UdpStats::rx_gro_refused`]).
+//!
+//! **UDP GSO on send, IPv6 only** ([`UdpConfig::gso`], default on): consecutive packets
+//! of one `sendmmsg` with the same destination, the same source socket and the same
+//! length (the last of a run may be shorter) leave as one `mmsghdr` entry whose iovecs
+//! point at each packet's own slot (no copy), with a `UDP_SEGMENT` control message giving
+//! the segment size; at most [`GSO_MAX_SEGMENTS`] packets and [`GSO_MAX_BYTES`] bytes per
+//! entry. Every packet already carries its own ICRC, and IPv6 has no identification
+//! field, so the bytes on the wire are those of one datagram per packet. An entry leaves
+//! whole or not at all, so a full socket leaves whole runs queued. A socket on which the
+//! kernel refuses a GSO send (`EIO`: no checksum offload on the device; `EINVAL`: zero
+//! UDP checksums, a segment above the path MTU) sends one datagram per packet from then
+//! on ([`UdpStats::tx_gso_refused`]). **Not IPv4**: with `UDP_SEGMENT` the kernel gives
+//! the segments of one send IPv4 IDs 0, 1, 2, ..., the ICRC covers the ID, and uroce's
+//! IPv4 receivers check the ICRC assuming ID 0, so every segment after the first would be
+//! unverifiable; IPv4 keeps plain `sendmmsg`.
+//!
+//! Why both: measured before them (`cargo bench -p uroce-provider --bench udp`), a GSO
+//! sender with 15 x 4132-byte segments per send pushed 570-610 k datagrams/s (3.5x
+//! `sendmmsg`), but a `recvmmsg` receiver kept only 35% of them: the receive side limited
+//! loopback, and GSO pays only with a GRO receiver. With both (`cargo bench -p
+//! uroce-provider --bench loopback`, 2-CPU VM shared with other builds, medians of 4 runs
+//! of 3): RC WRITE of 64 KiB, 1 QP, IPv6 `::1` to `fd00::2` 8.6-12.0 Gbit/s, against
+//! 5.0-6.9 with GSO and GRO off; IPv4 (GRO only, which loopback never coalesces, as `lo`
+//! has no GRO) 4.4-6.7 on against 4.1-6.9 off, the same within the noise; the raw GSO
+//! blast to a GRO receiver delivers 46-96% of what it sends (22-54 Gbit/s), against
+//! 65-99% (12-20 Gbit/s) to the `recvmmsg` receiver before.
 
 //! # Injected loss (a testing aid)
 //!
@@ -115,7 +144,31 @@ pub struct UdpConfig {
     /// control message filled by the same `recvmmsg`, no extra system call), so CE marks
     /// reach the device (its QPs answer them with CNPs). Default true.
     pub recv_ecn: bool,
+    /// Send runs of equal-sized IPv6 packets to one destination as one `UDP_SEGMENT`
+    /// (GSO) send, at most [`GSO_MAX_SEGMENTS`] packets / 64 KiB each (see the module
+    /// docs, "Batching"). IPv4 never uses it. Refused by the kernel, a socket falls back
+    /// to one datagram per packet. Default false (off): a raw-frame peer on the same host
+    /// (AF_PACKET on `lo` or a veth, as uroce's raw backend and packet captures are) sees
+    /// the unsegmented 64 KiB frame, not the packets; `UROCE_GSO=1` turns it on
+    /// ([`UdpConfig::with_env`]).
+    pub gso: bool,
+    /// Ask the kernel to coalesce received datagrams (`UDP_GRO`) and split each coalesced
+    /// one back into its packets, so the device sees the datagrams that were sent. Needs
+    /// 64 KiB receive buffers: at most [`GRO_RX_ENTRIES`] per `recvmmsg`. Where the kernel
+    /// refuses it, receive goes on as without it. Default true; `UROCE_GRO=0` turns it off.
+    pub gro: bool,
 }
+
+/// Most packets in one GSO send: the kernel's `UDP_MAX_SEGMENTS`.
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes of UDP payload in one GSO send: what an IPv6 payload length (16 bits) leaves
+/// after the 8-byte UDP header.
+pub const GSO_MAX_BYTES: usize = 65535 - 8;
+/// Receive entries per `recvmmsg` with [`UdpConfig::gro`] on (fewer if
+/// [`UdpConfig::batch`] is smaller), each a [`GRO_RX_BUF`]-byte buffer: 1 MiB per device.
+pub const GRO_RX_ENTRIES: usize = 16;
+/// Size of one receive buffer with GRO on: a whole coalesced datagram (64 KiB).
+pub const GRO_RX_BUF: usize = 64 << 10;
 
 impl Default for UdpConfig {
     fn default() -> UdpConfig {
@@ -128,7 +181,33 @@ impl Default for UdpConfig {
             rx_drop_seed: 0,
             ecn: Ecn::NotEct,
             recv_ecn: true,
+            gso: false,
+            gro: true,
         }
+    }
+}
+
+impl UdpConfig {
+    /// This configuration with `UROCE_GSO` and `UROCE_GRO` applied when set: `0`/`off`/
+    /// `false` turns [`UdpConfig::gso`] / [`UdpConfig::gro`] off, `1`/`on`/`true` on.
+    /// Another value is a [`BackendError::Config`] that says which are allowed.
+    pub fn with_env(mut self) -> Result<UdpConfig, BackendError> {
+        self.gso = env_flag("UROCE_GSO", self.gso)
+            .ok_or(BackendError::Config("UROCE_GSO must be 0 or 1 (off or on)"))?;
+        self.gro = env_flag("UROCE_GRO", self.gro)
+            .ok_or(BackendError::Config("UROCE_GRO must be 0 or 1 (off or on)"))?;
+        Ok(self)
+    }
+}
+
+/// An on/off environment variable: `default` when unset or empty, `None` when malformed.
+fn env_flag(name: &str, default: bool) -> Option<bool> {
+    let v = std::env::var(name).unwrap_or_default();
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => Some(default),
+        "0" | "off" | "false" | "no" => Some(false),
+        "1" | "on" | "true" | "yes" => Some(true),
+        _ => None,
     }
 }
 
@@ -306,6 +385,19 @@ pub struct UdpStats {
     pub rx_injected_drops: u64,
     /// Received datagrams marked ECN CE (with [`UdpConfig::recv_ecn`]).
     pub rx_ce: u64,
+    /// Received datagrams the kernel had coalesced (`UDP_GRO`, [`UdpConfig::gro`]).
+    pub rx_gro_datagrams: u64,
+    /// Packets split out of them (each also counted in `rx_datagrams`).
+    pub rx_gro_segments: u64,
+    /// 1 when the kernel refused `UDP_GRO` on the receive socket (receive goes on without).
+    pub rx_gro_refused: u64,
+    /// `UDP_SEGMENT` (GSO) sends of two or more packets ([`UdpConfig::gso`], IPv6).
+    pub tx_gso_sends: u64,
+    /// Packets that left in them (each also counted in `tx_datagrams`).
+    pub tx_gso_segments: u64,
+    /// Sockets on which the kernel refused a GSO send (`EIO`/`EINVAL`): they send one
+    /// datagram per packet from then on.
+    pub tx_gso_refused: u64,
 }
 
 /// Size of one receive buffer: larger than [`MAX_ROCE_PACKET_LEN`], so an oversized
@@ -318,7 +410,12 @@ const NO_SOCKET: u16 = u16::MAX;
 
 /// Receive arrays, allocated once.
 struct RxBatch {
+    /// `entries` buffers of `stride` bytes each.
     bufs: Box<[u8]>,
+    /// Entries per `recvmmsg`: [`UdpConfig::batch`], or at most [`GRO_RX_ENTRIES`] with GRO.
+    entries: usize,
+    /// Bytes per receive buffer: [`RX_BUF`], or [`GRO_RX_BUF`] with GRO.
+    stride: usize,
     names: Box<[libc::sockaddr_storage]>,
     iovs: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
@@ -333,10 +430,13 @@ struct RxBatch {
 }
 
 impl RxBatch {
-    /// Arrays for `b` datagrams, all zero (armed by the first [`RxBatch::arm`]).
-    fn new(b: usize) -> RxBatch {
+    /// Arrays for `b` datagrams, all zero (armed by the first [`RxBatch::arm`]), with
+    /// `entries` (at most `b`) receive buffers of `stride` bytes.
+    fn new(b: usize, entries: usize, stride: usize) -> RxBatch {
         RxBatch {
-            bufs: vec![0u8; b * RX_BUF].into_boxed_slice(),
+            bufs: vec![0u8; entries * stride].into_boxed_slice(),
+            entries,
+            stride,
             names: zeroed_slice(b),
             iovs: zeroed_slice(b),
             hdrs: zeroed_slice(b),
@@ -352,13 +452,14 @@ impl RxBatch {
     /// call may have filled get their lengths and flags back, which is all the kernel
     /// writes (`msg_namelen`, `msg_controllen`, `msg_flags`, `msg_len`).
     fn arm(&mut self, b: usize, want_ctrl: bool) {
-        assert!(b <= self.hdrs.len(), "batch {b} beyond the arrays");
+        assert!(b <= self.entries, "batch {b} beyond the arrays");
         if self.armed != Some((b, want_ctrl)) {
             for i in 0..b {
                 self.iovs[i] = libc::iovec {
-                    // SAFETY: i * RX_BUF + RX_BUF <= bufs.len(): the pointer stays in bounds.
-                    iov_base: unsafe { self.bufs.as_mut_ptr().add(i * RX_BUF) }.cast(),
-                    iov_len: RX_BUF,
+                    // SAFETY: i < b <= entries, so i * stride + stride <= bufs.len(): the
+                    // pointer stays in bounds.
+                    iov_base: unsafe { self.bufs.as_mut_ptr().add(i * self.stride) }.cast(),
+                    iov_len: self.stride,
                 };
                 let h = &mut self.hdrs[i].msg_hdr;
                 h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
@@ -385,7 +486,8 @@ impl RxBatch {
 }
 
 /// Control-message space per received datagram, in u64 words: one `IP_TOS` (1 byte) or
-/// `IPV6_TCLASS` (an int) message takes `CMSG_SPACE(4)` = 24 bytes on 64-bit Linux.
+/// `IPV6_TCLASS` (an int) message takes `CMSG_SPACE(4)` = 24 bytes on 64-bit Linux, and
+/// a `UDP_GRO` one (an int) 24 more.
 const CTRL_WORDS: usize = 8;
 
 /// The ECN codepoint in the control messages of `h` (`IP_TOS`, `IPV6_TCLASS`), Not-ECT
@@ -417,6 +519,82 @@ unsafe fn ecn_of(h: &libc::msghdr) -> Ecn {
     Ecn::NotEct
 }
 
+/// The segment size of a coalesced datagram: the `UDP_GRO` control message of `h` (an
+/// int, bytes), `None` when there is none (one datagram as sent).
+///
+/// # Safety
+///
+/// As [`ecn_of`].
+unsafe fn gro_segment_of(h: &libc::msghdr) -> Option<usize> {
+    if h.msg_control.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's contract; the CMSG_* walk stays within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let m = &*c;
+            if m.cmsg_level == libc::SOL_UDP && m.cmsg_type == libc::UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                return usize::try_from(v).ok().filter(|&v| v > 0);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// The packets in one received datagram: the whole of it when `segment` is `None` (or
+/// not smaller than it), else the `segment`-byte pieces a GRO receive coalesced, in the
+/// order they were sent, the last possibly shorter. Never empty: an empty datagram is one
+/// empty packet.
+pub fn split_gro(datagram: &[u8], segment: Option<usize>) -> GroPieces<'_> {
+    let seg = segment
+        .filter(|&s| s > 0 && s < datagram.len())
+        .unwrap_or(datagram.len());
+    GroPieces {
+        rest: datagram,
+        seg,
+        first: true,
+    }
+}
+
+/// The iterator of [`split_gro`].
+#[derive(Clone, Debug)]
+pub struct GroPieces<'a> {
+    rest: &'a [u8],
+    seg: usize,
+    first: bool,
+}
+
+impl<'a> Iterator for GroPieces<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.rest.is_empty() && !mem::take(&mut self.first) {
+            return None;
+        }
+        self.first = false;
+        let (p, rest) = self.rest.split_at(self.seg.min(self.rest.len()));
+        self.rest = rest;
+        Some(p)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = if self.rest.is_empty() {
+            usize::from(self.first)
+        } else {
+            self.rest.len().div_ceil(self.seg)
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for GroPieces<'_> {}
+
+/// Control-message space per sent entry, in u64 words: a `UDP_SEGMENT` message (a u16)
+/// takes `CMSG_SPACE(2)` = 24 bytes on 64-bit Linux.
+const TX_CTRL_WORDS: usize = 4;
+
 /// Transmit arrays, allocated once. Slots `0..filled` hold packets; `done[i]` once sent
 /// (or dropped on an error).
 struct TxBatch {
@@ -428,8 +606,16 @@ struct TxBatch {
     namelens: Box<[libc::socklen_t]>,
     iovs: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
-    /// Slot index of each entry of `hdrs` in the current call.
+    /// Destination of each slot (GSO runs share one).
+    dst: Box<[IpAddr]>,
+    /// Slot index of each iovec of `iovs` in the current call.
     order: Box<[usize]>,
+    /// Per entry of `hdrs` in the current call: its first iovec, and how many it has
+    /// (more than one: a GSO send).
+    first: Box<[usize]>,
+    count: Box<[usize]>,
+    /// Control-message space of GSO entries, [`TX_CTRL_WORDS`] per entry.
+    ctrl: Box<[u64]>,
     filled: usize,
 }
 
@@ -469,6 +655,13 @@ pub struct UdpSockets {
     /// The TOS / Traffic Class byte of sent datagrams (the ECN codepoint, DSCP 0).
     tos: u8,
     recv_ecn: bool,
+    /// `UDP_GRO` is on for the receive socket (and is asked for on group sockets).
+    gro: bool,
+    /// GSO sends allowed (configured, and the family is IPv6).
+    gso: bool,
+    /// Sockets (as in `TxBatch::sock`: `k` or `NO_SOCKET`) on which the kernel refused a
+    /// GSO send; they send one datagram per packet. Rare, so a short list.
+    gso_refused: Vec<u16>,
     rx: RxBatch,
     tx: TxBatch,
     batch: usize,
@@ -526,6 +719,18 @@ fn if_index(name: &str) -> u32 {
     };
     // SAFETY: `c` is a NUL-terminated string that outlives the call.
     unsafe { libc::if_nametoindex(c.as_ptr()) }
+}
+
+/// Asks for `UDP_GRO` on receive socket `s`; false (logged once at debug) when the
+/// kernel refuses it (older than 5.0, or built without it).
+fn enable_gro(s: &Socket) -> bool {
+    match setsockopt_int(s, libc::SOL_UDP, libc::UDP_GRO, 1) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "UDP_GRO refused; receiving one datagram per entry");
+            false
+        }
+    }
 }
 
 /// Multicast from `s` leaves on the device's interface: `IP_MULTICAST_IF` with its
@@ -672,7 +877,13 @@ impl UdpSockets {
                 .unwrap_or(Mtu::Mtu1024)
         });
         let b = config.batch;
-        let rx = RxBatch::new(b);
+        let gro = config.gro && enable_gro(&main);
+        let (entries, stride) = if gro {
+            (b.min(GRO_RX_ENTRIES), GRO_RX_BUF)
+        } else {
+            (b, RX_BUF)
+        };
+        let rx = RxBatch::new(b, entries, stride);
         let tx = TxBatch {
             bufs: vec![0u8; b * TX_BUF].into_boxed_slice(),
             len: vec![0; b].into_boxed_slice(),
@@ -682,7 +893,11 @@ impl UdpSockets {
             namelens: vec![0; b].into_boxed_slice(),
             iovs: zeroed_slice(b),
             hdrs: zeroed_slice(b),
+            dst: vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED); b].into_boxed_slice(),
             order: vec![0; b].into_boxed_slice(),
+            first: vec![0; b].into_boxed_slice(),
+            count: vec![0; b].into_boxed_slice(),
+            ctrl: vec![0u64; b * TX_CTRL_WORDS].into_boxed_slice(),
             filled: 0,
         };
         let mut port_map = vec![0u16; 1 << 16].into_boxed_slice();
@@ -714,7 +929,13 @@ impl UdpSockets {
             batch: b,
             mtu,
             interface,
-            stats: UdpStats::default(),
+            stats: UdpStats {
+                rx_gro_refused: u64::from(config.gro && !gro),
+                ..UdpStats::default()
+            },
+            gro,
+            gso: config.gso && addr.is_ipv6(),
+            gso_refused: Vec::new(),
             drop_ppm: config.rx_drop_ppm,
             drop_state: config.rx_drop_seed,
             groups: Vec::new(),
@@ -749,13 +970,25 @@ impl UdpSockets {
         self.batch
     }
 
+    /// Receive entries per `recvmmsg`: [`UdpSockets::batch`], or fewer (of 64 KiB each)
+    /// with GRO on. A receive that returns fewer datagrams found the socket drained.
+    pub fn rx_batch(&self) -> usize {
+        self.rx.entries
+    }
+
+    /// True when the kernel took `UDP_GRO` on the receive socket.
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+
     /// Counts so far.
     pub fn stats(&self) -> UdpStats {
         self.stats
     }
 
     /// Receives one batch without blocking and calls `f(source, payload)` for each
-    /// datagram. Returns how many datagrams were received (0: none waiting).
+    /// datagram (a GRO-coalesced one split into the datagrams that were sent). Returns how
+    /// many datagrams were received (0: none waiting).
     pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8])) -> io::Result<usize> {
         self.recv_ecn(|src, p, _| f(src, p))
     }
@@ -798,6 +1031,10 @@ impl UdpSockets {
         s.set_reuse_address(true)?;
         if self.socket_buffer > 0 {
             let _ = s.set_recv_buffer_size(self.socket_buffer);
+        }
+        if self.gro {
+            // Best effort: without it the group's datagrams simply arrive one by one.
+            let _ = setsockopt_int(&s, libc::SOL_UDP, libc::UDP_GRO, 1);
         }
         match (group, self.local.ip()) {
             (IpAddr::V4(g), IpAddr::V4(local)) => {
@@ -873,8 +1110,9 @@ impl UdpSockets {
         fd: RawFd,
         mut f: impl FnMut(SocketAddr, &[u8], Ecn),
     ) -> io::Result<usize> {
-        let b = self.batch;
-        let want_ctrl = self.recv_ecn;
+        let b = self.rx.entries;
+        let stride = self.rx.stride;
+        let want_ctrl = self.recv_ecn || self.gro;
         let rx = &mut self.rx;
         rx.arm(b, want_ctrl);
         // SAFETY: `arm` left `hdrs[..b]` initialised, their name/iov/control pointers into
@@ -900,9 +1138,11 @@ impl UdpSockets {
         }
         let n = n as usize;
         self.stats.rx_batches += u64::from(n > 0);
+        let mut delivered = 0;
         for i in 0..n {
             let h = &rx.hdrs[i];
             if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                // Also a coalesced datagram larger than the buffer: never split a part.
                 self.stats.rx_truncated += 1;
                 continue;
             }
@@ -910,21 +1150,34 @@ impl UdpSockets {
             let Some(src) = (unsafe { storage_to_std(&rx.names[i]) }) else {
                 continue;
             };
-            let len = (h.msg_len as usize).min(RX_BUF);
-            self.stats.rx_datagrams += 1;
-            if self.drop_ppm > 0 && inject_drop(&mut self.drop_state, self.drop_ppm) {
-                self.stats.rx_injected_drops += 1;
-                continue;
-            }
+            let len = (h.msg_len as usize).min(stride);
             // SAFETY: recvmmsg filled this header; its control pointer is null or points
             // into `ctrl` with the length the kernel wrote back.
-            let ecn = unsafe { ecn_of(&h.msg_hdr) };
-            if ecn == Ecn::Ce {
-                self.stats.rx_ce += 1;
+            let (ecn, seg) = unsafe { (ecn_of(&h.msg_hdr), gro_segment_of(&h.msg_hdr)) };
+            let datagram = &rx.bufs[i * stride..i * stride + len];
+            let pieces = split_gro(datagram, seg);
+            if pieces.len() > 1 {
+                self.stats.rx_gro_datagrams += 1;
+                self.stats.rx_gro_segments += pieces.len() as u64;
             }
-            f(src, &rx.bufs[i * RX_BUF..i * RX_BUF + len], ecn);
+            for p in pieces {
+                if p.len() > MAX_ROCE_PACKET_LEN {
+                    self.stats.rx_truncated += 1;
+                    continue;
+                }
+                self.stats.rx_datagrams += 1;
+                delivered += 1;
+                if self.drop_ppm > 0 && inject_drop(&mut self.drop_state, self.drop_ppm) {
+                    self.stats.rx_injected_drops += 1;
+                    continue;
+                }
+                if ecn == Ecn::Ce {
+                    self.stats.rx_ce += 1;
+                }
+                f(src, p, ecn);
+            }
         }
-        Ok(n)
+        Ok(delivered)
     }
 
     /// True while packets of an earlier [`UdpSockets::send`] wait for a full socket.
@@ -1000,6 +1253,7 @@ impl UdpSockets {
         tx.len[i] = len;
         tx.sock[i] = sock;
         tx.done[i] = false;
+        tx.dst[i] = t.dst;
         tx.namelens[i] = std_to_storage(SocketAddr::new(t.dst, ROCEV2_PORT), &mut tx.names[i]);
         tx.filled += 1;
     }
@@ -1035,8 +1289,16 @@ impl UdpSockets {
         }
     }
 
+    /// True when sends on socket `sock` may be GSO sends.
+    fn gso_ok(&self, sock: u16) -> bool {
+        self.gso && !self.gso_refused.contains(&sock)
+    }
+
     /// Sends the queued slots, one `sendmmsg` per source socket (slots of one socket keep
-    /// their order). Returns (datagrams sent, the descriptor of a full socket).
+    /// their order). With GSO, a run of slots with one destination and one length (the
+    /// last may be shorter) is one entry: its iovecs point at the slots, and a
+    /// `UDP_SEGMENT` control message gives the segment size. An entry leaves whole or not
+    /// at all. Returns (datagrams sent, the descriptor of a full socket).
     fn flush(&mut self) -> (usize, Option<RawFd>) {
         let mut sent = 0;
         loop {
@@ -1046,45 +1308,30 @@ impl UdpSockets {
             };
             let sock = self.tx.sock[first];
             let fd = self.fd_of(sock);
+            let gso = self.gso_ok(sock);
             let tx = &mut self.tx;
-            let mut k = 0;
-            for i in first..tx.filled {
-                if tx.done[i] || tx.sock[i] != sock {
-                    continue;
-                }
-                tx.iovs[k] = libc::iovec {
-                    // SAFETY: slot i lies within bufs (i < batch).
-                    iov_base: unsafe { tx.bufs.as_mut_ptr().add(i * TX_BUF) }.cast(),
-                    iov_len: tx.len[i],
-                };
-                let h = &mut tx.hdrs[k].msg_hdr;
-                h.msg_name = (&mut tx.names[i] as *mut libc::sockaddr_storage).cast();
-                h.msg_namelen = tx.namelens[i];
-                h.msg_iov = &mut tx.iovs[k];
-                h.msg_iovlen = 1;
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-                h.msg_flags = 0;
-                tx.order[k] = i;
-                k += 1;
-            }
-            // SAFETY: hdrs[..k] are initialised; their pointers point into live arrays of
-            // `tx` (names, iovs, bufs) with the lengths given; MSG_DONTWAIT never blocks.
+            let entries = tx.build_entries(first, sock, gso);
+            // SAFETY: hdrs[..entries] are initialised; their pointers point into live
+            // arrays of `tx` (names, iovs, ctrl, bufs) with the lengths given;
+            // MSG_DONTWAIT never blocks.
             let n = unsafe {
                 libc::sendmmsg(
                     fd,
                     tx.hdrs.as_mut_ptr(),
-                    k as libc::c_uint,
+                    entries as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
             };
             if n > 0 {
-                let n = n as usize;
-                for j in 0..n {
-                    tx.done[tx.order[j]] = true;
+                for e in 0..n as usize {
+                    let c = tx.finish_entry(e);
+                    sent += c;
+                    self.stats.tx_datagrams += c as u64;
+                    if c > 1 {
+                        self.stats.tx_gso_sends += 1;
+                        self.stats.tx_gso_segments += c as u64;
+                    }
                 }
-                sent += n;
-                self.stats.tx_datagrams += n as u64;
                 self.stats.tx_batches += 1;
                 continue;
             }
@@ -1095,14 +1342,101 @@ impl UdpSockets {
                     return (sent, Some(fd));
                 }
                 Some(libc::EINTR) => continue,
+                Some(libc::EIO) | Some(libc::EINVAL) if tx.count[0] > 1 => {
+                    // No GSO here (no checksum offload, a path MTU below the segment):
+                    // this socket sends one datagram per packet from now on.
+                    tracing::debug!(error = %e, sock, "GSO send refused; sending per packet");
+                    self.gso_refused.push(sock);
+                    self.stats.tx_gso_refused += 1;
+                }
                 _ => {
-                    // The first datagram was refused (EMSGSIZE, ENETUNREACH, EPERM ...):
-                    // drop it, the transport retransmits; go on with the rest.
-                    tx.done[tx.order[0]] = true;
-                    self.stats.tx_errors += 1;
+                    // The first entry was refused (EMSGSIZE, ENETUNREACH, EPERM ...):
+                    // drop its packets, the transport retransmits; go on with the rest.
+                    self.stats.tx_errors += tx.finish_entry(0) as u64;
                 }
             }
         }
+    }
+}
+
+impl TxBatch {
+    /// Fills `hdrs` with the entries of one `sendmmsg` on socket `sock`: its slots not yet
+    /// sent from `first` on, one per entry, or runs of them as GSO entries when `gso`.
+    /// Returns the number of entries.
+    fn build_entries(&mut self, first: usize, sock: u16, gso: bool) -> usize {
+        let mut k = 0;
+        let mut e = 0;
+        for i in first..self.filled {
+            if self.done[i] || self.sock[i] != sock {
+                continue;
+            }
+            self.iovs[k] = libc::iovec {
+                // SAFETY: slot i lies within bufs (i < batch).
+                iov_base: unsafe { self.bufs.as_mut_ptr().add(i * TX_BUF) }.cast(),
+                iov_len: self.len[i],
+            };
+            self.order[k] = i;
+            if gso && e > 0 && self.joins(e - 1, i) {
+                self.count[e - 1] += 1;
+            } else {
+                self.first[e] = k;
+                self.count[e] = 1;
+                e += 1;
+            }
+            k += 1;
+        }
+        for j in 0..e {
+            let i0 = self.order[self.first[j]];
+            let h = &mut self.hdrs[j].msg_hdr;
+            h.msg_name = (&mut self.names[i0] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = self.namelens[i0];
+            h.msg_iov = &mut self.iovs[self.first[j]];
+            h.msg_iovlen = self.count[j];
+            h.msg_flags = 0;
+            if self.count[j] > 1 {
+                let seg = self.len[i0] as u16;
+                // SAFETY: (j + 1) * TX_CTRL_WORDS <= ctrl.len(): in bounds.
+                h.msg_control = unsafe { self.ctrl.as_mut_ptr().add(j * TX_CTRL_WORDS) }.cast();
+                // SAFETY: CMSG_SPACE is a size computation.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: msg_control points to TX_CTRL_WORDS * 8 >= CMSG_SPACE(2) zeroable
+                // bytes of `ctrl`, so the first header and its 2 data bytes fit.
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = libc::UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+        }
+        e
+    }
+
+    /// True when slot `i` may join entry `e` as its next GSO segment: same destination,
+    /// no longer than the entry's segments (which must all be full so far), and within
+    /// the kernel's limits.
+    fn joins(&self, e: usize, i: usize) -> bool {
+        let head = self.order[self.first[e]];
+        let last = self.order[self.first[e] + self.count[e] - 1];
+        let seg = self.len[head];
+        self.dst[i] == self.dst[head]
+            && self.len[last] == seg
+            && (1..=seg).contains(&self.len[i])
+            && self.count[e] < GSO_MAX_SEGMENTS
+            && seg * self.count[e] + self.len[i] <= GSO_MAX_BYTES
+    }
+
+    /// Marks the slots of entry `e` of the last call done; returns how many there were.
+    fn finish_entry(&mut self, e: usize) -> usize {
+        let (f, c) = (self.first[e], self.count[e]);
+        for k in f..f + c {
+            self.done[self.order[k]] = true;
+        }
+        c
     }
 }
 
@@ -1202,7 +1536,7 @@ mod tests {
     #[test]
     fn rx_headers_are_armed_once_and_rearmed_where_filled() {
         let full = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let mut rx = RxBatch::new(4);
+        let mut rx = RxBatch::new(4, 4, RX_BUF);
         rx.arm(4, true);
         let ptrs = |rx: &RxBatch| -> Vec<_> {
             rx.hdrs
@@ -1259,6 +1593,29 @@ mod tests {
         assert_ne!(a, run(8, 50_000));
         assert!(!run(7, 0).contains(&true));
         assert!(!run(7, 1_000_000).contains(&false));
+    }
+
+    #[test]
+    fn split_gro_cuts_at_the_segment_size_with_a_shorter_last_piece() {
+        let d: Vec<u8> = (0..10).collect();
+        let cut = |seg| split_gro(&d, seg).map(<[u8]>::len).collect::<Vec<_>>();
+        assert_eq!(cut(None), [10], "no cmsg: one datagram");
+        assert_eq!(cut(Some(5)), [5, 5]);
+        assert_eq!(cut(Some(4)), [4, 4, 2]);
+        assert_eq!(cut(Some(1)), [1; 10]);
+        assert_eq!(cut(Some(10)), [10]);
+        assert_eq!(cut(Some(64)), [10], "segment larger than the datagram");
+        assert_eq!(cut(Some(0)), [10], "a zero segment size is ignored");
+        assert_eq!(split_gro(&d, Some(4)).len(), 3);
+        let joined: Vec<u8> = split_gro(&d, Some(3)).flatten().copied().collect();
+        assert_eq!(joined, d, "in order, nothing lost");
+        let empty: Vec<&[u8]> = split_gro(&[], Some(4)).collect();
+        assert_eq!(
+            empty,
+            [&[] as &[u8]],
+            "an empty datagram is one empty packet"
+        );
+        assert_eq!(split_gro(&[], None).len(), 1);
     }
 
     #[test]

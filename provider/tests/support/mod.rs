@@ -242,6 +242,11 @@ pub fn end_notified(dev: &Arc<Device>, notify: Option<Arc<dyn CqNotify>>) -> End
 
 /// Moves `a` to RTS towards `b` (ACK timeout code `timeout`: 4.096 µs × 2^timeout).
 pub fn connect_one(a: &End, b: &End, timeout: u8) {
+    connect_one_mtu(a, b, timeout, Mtu::Mtu1024);
+}
+
+/// [`connect_one`] with path MTU `mtu`.
+pub fn connect_one_mtu(a: &End, b: &End, timeout: u8, mtu: Mtu) {
     a.qp.modify(
         &QpAttr {
             qp_state: QpState::Init,
@@ -262,7 +267,7 @@ pub fn connect_one(a: &End, b: &End, timeout: u8) {
         &QpAttr {
             qp_state: QpState::Rtr,
             ah_attr: ah,
-            path_mtu: Mtu::Mtu1024,
+            path_mtu: mtu,
             dest_qp_num: b.qp.qpn(),
             rq_psn: 0x100,
             max_dest_rd_atomic: 4,
