@@ -18,3 +18,22 @@ pub fn skipped(test: &str, why: &str) {
         let _ = writeln!(f, "{test}: {why}");
     }
 }
+
+/// True when `/usr/bin/PROG` is installed; else records `test` as skipped, naming the
+/// Debian package to install (`perftest` for `ib_*`, else `pkg`).
+#[allow(dead_code)] // not every including test crate runs Debian's programs
+pub fn have_program(test: &str, prog: &str, pkg: &str) -> bool {
+    if std::path::Path::new("/usr/bin").join(prog).is_file() {
+        return true;
+    }
+    let pkg = if prog.starts_with("ib_") {
+        "perftest"
+    } else {
+        pkg
+    };
+    skipped(
+        test,
+        &format!("/usr/bin/{prog} not installed (apt-get install {pkg})"),
+    );
+    false
+}

@@ -49,19 +49,7 @@ fn library(test: &str) -> Option<PathBuf> {
 
 /// True when `/usr/bin/PROG` is there (else the test is skipped, saying which package).
 fn have(test: &str, prog: &str) -> bool {
-    if Path::new("/usr/bin").join(prog).is_file() {
-        return true;
-    }
-    let pkg = if prog.starts_with("ib_") {
-        "perftest"
-    } else {
-        "ibverbs-utils"
-    };
-    skip(
-        test,
-        &format!("/usr/bin/{prog} not installed (apt-get install {pkg})"),
-    );
-    false
+    skip::have_program(test, prog, "ibverbs-utils")
 }
 
 /// Both the library and every program: the precondition of each case.

@@ -62,19 +62,7 @@ fn libraries(test: &str) -> bool {
 
 /// True when `/usr/bin/PROG` is there (else the test is skipped, saying which package).
 fn have(test: &str, prog: &str) -> bool {
-    if Path::new("/usr/bin").join(prog).is_file() {
-        return true;
-    }
-    let pkg = if prog.starts_with("ib_") {
-        "perftest"
-    } else {
-        "rdmacm-utils"
-    };
-    skip::skipped(
-        test,
-        &format!("/usr/bin/{prog} not installed (apt-get install {pkg})"),
-    );
-    false
+    skip::have_program(test, prog, "rdmacm-utils")
 }
 
 /// The libraries and every program: the precondition of each case.
