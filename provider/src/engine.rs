@@ -114,12 +114,29 @@ extern "C" fn flush_at_exit() {
     }
 }
 
+std::thread_local! {
+    /// Set by [`Driver::will_progress`] until the caller's [`Driver::progress`]: the work
+    /// the caller makes meanwhile is sent by its own pass, so the device's waker leaves a
+    /// [`Progress::Shared`] thread asleep.
+    static PASS_FOLLOWS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The default busy-poll budget: 50 µs.
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
-/// [`Progress::Shared`]'s default `idle_after`: 1 ms. While the application polls, its
-/// engine thread wakes about once per such period to check that nothing was left over.
+/// [`Progress::Shared`]'s default `idle_after` on a host with two or more CPUs: 1 ms.
+/// While the application polls, its engine thread wakes about once per such period to
+/// check that nothing was left over.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_millis(1);
+
+/// [`Progress::Shared`]'s default `idle_after` on a host with one CPU: 16 ms. There each
+/// of the thread's check-ups preempts the application: two context switches, which in the
+/// lab's emulated 1-CPU guests cost about 200 µs each. With 1 ms a busy-polling
+/// `ib_send_lat` in those guests made 4.4 context switches per round trip and took 1062
+/// µs (t_typical); with 16 ms, 0.8 and 558 µs, as fast as polled progress (no thread:
+/// 0.5 and 530 µs). The price: an application that stops calling without blocking in
+/// `get_cq_event` (it polls memory, or computes) is covered for up to 16 ms late.
+pub const DEFAULT_IDLE_AFTER_1CPU: Duration = Duration::from_millis(16);
 
 /// The shortest sleep of [`Progress::Shared`]'s thread while it covers: 50 µs, the most a
 /// datagram waits for the thread when the application's calls stop taking them.
@@ -174,13 +191,25 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// [`Progress::Shared`] with the `idle_after` for `cpus` CPUs:
+    /// [`DEFAULT_IDLE_AFTER_1CPU`] for one, else [`DEFAULT_IDLE_AFTER`].
+    pub fn shared_for(cpus: usize) -> Progress {
+        Progress::Shared {
+            idle_after: if cpus <= 1 {
+                DEFAULT_IDLE_AFTER_1CPU
+            } else {
+                DEFAULT_IDLE_AFTER
+            },
+        }
+    }
+}
+
 impl Default for Progress {
-    /// [`Progress::Shared`] with [`DEFAULT_IDLE_AFTER`]: the application's polling makes
+    /// [`Progress::shared_for`] this host's CPU count: the application's polling makes
     /// progress, the thread covers for it when it stops.
     fn default() -> Progress {
-        Progress::Shared {
-            idle_after: DEFAULT_IDLE_AFTER,
-        }
+        Progress::shared_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 }
 
@@ -238,6 +267,9 @@ pub struct EngineStats {
     pub covers: u64,
     /// Times the device's waker wrote the eventfd.
     pub wakeups: u64,
+    /// Times [`Progress::Shared`]'s thread found a datagram the application's calls left
+    /// over and went on [`PROBATION`].
+    pub probations: u64,
     /// Times `handle_timeout` was called with a due timer.
     pub timer_fires: u64,
     /// Receive errors other than "nothing waiting".
@@ -353,9 +385,13 @@ struct Shared {
     /// [`Progress::Shared`]: the engine-clock nanoseconds of the application's last call
     /// (0: none yet, or it is about to block).
     app_seen: AtomicU64,
+    /// [`Progress::Shared`]: the engine-clock nanoseconds at which the thread's probation
+    /// ends (it watches the socket until then, see `run_shared`).
+    probation_until: AtomicU64,
     /// Passes the application's calls ran (all modes).
     app_passes: AtomicU64,
     covers: AtomicU64,
+    probations: AtomicU64,
     /// Multicast groups the device left ([`McastChange::Leave`]), for the next pass to
     /// close (a leave may come from the datapath itself, inside the I/O lock).
     leaves: Mutex<Vec<std::net::IpAddr>>,
@@ -424,8 +460,10 @@ impl Engine {
             timer_fires: AtomicU64::new(0),
             rx_errors: AtomicU64::new(0),
             app_seen: AtomicU64::new(0),
+            probation_until: AtomicU64::new(0),
             app_passes: AtomicU64::new(0),
             covers: AtomicU64::new(0),
+            probations: AtomicU64::new(0),
             leaves: Mutex::new(Vec::new()),
             leaves_pending: AtomicBool::new(false),
         });
@@ -451,8 +489,17 @@ impl Engine {
         } else {
             // The waker wakes a thread asleep on the socket; one that covers for the
             // application is not woken: the application's own call that made the work
-            // sends it.
-            dp.set_waker(Arc::new(move || wake.wake_if(1 << WATCHING)));
+            // sends it. Nor is one asleep on the socket when the call runs a pass right
+            // after (`will_progress`; shared progress only).
+            if let Progress::Shared { .. } = config.progress {
+                dp.set_waker(Arc::new(move || {
+                    if !PASS_FOLLOWS.with(|f| f.get()) {
+                        wake.wake_if(1 << WATCHING);
+                    }
+                }));
+            } else {
+                dp.set_waker(Arc::new(move || wake.wake_if(1 << WATCHING)));
+            }
             let s = shared.clone();
             let progress = config.progress;
             let t = std::thread::Builder::new()
@@ -502,6 +549,7 @@ impl Engine {
             sleeps: s.sleeps.load(Ordering::Relaxed),
             covers: s.covers.load(Ordering::Relaxed),
             wakeups: s.wake.wakeups.load(Ordering::Relaxed),
+            probations: s.probations.load(Ordering::Relaxed),
             timer_fires: s.timer_fires.load(Ordering::Relaxed),
             rx_errors: s.rx_errors.load(Ordering::Relaxed),
             udp,
@@ -536,13 +584,30 @@ impl Driver for Engine {
             Progress::Shared { idle_after } => {
                 let now = self.shared.now().as_nanos().max(1);
                 let prev = self.shared.app_seen.swap(now, Ordering::SeqCst);
-                if prev == 0 || Duration::from_nanos(now.saturating_sub(prev)) >= idle_after {
+                if (prev == 0 || Duration::from_nanos(now.saturating_sub(prev)) >= idle_after)
+                    && now >= self.shared.probation_until.load(Ordering::Relaxed)
+                {
                     // The application starts calling: a thread asleep on the socket is
-                    // told, so that it covers instead of racing the caller for datagrams.
+                    // told, so that it covers instead of racing the caller for datagrams
+                    // (not while it is on probation: it would only go back to sleep).
                     self.shared.wake.wake_if(1 << WATCHING);
                 }
-                self.shared.app_pass();
+                let deferred = PASS_FOLLOWS.with(|f| f.replace(false));
+                let ran = self.shared.app_pass();
+                if deferred && (!ran || self.shared.dp.has_pending_transmit()) {
+                    // Another thread's pass holds the I/O (it may be past its send step),
+                    // or this one left packets over its batch limit: what the caller
+                    // made without waking the thread (`will_progress`) must not wait for
+                    // the next datagram or timer.
+                    self.shared.wake.wake_if(1 << WATCHING);
+                }
             }
+        }
+    }
+
+    fn will_progress(&self) {
+        if let Progress::Shared { .. } = self.progress {
+            PASS_FOLLOWS.with(|f| f.set(true));
         }
     }
 
@@ -599,11 +664,16 @@ impl Shared {
         }
     }
 
-    /// A pass for the application's call (never waits for the thread's).
-    fn app_pass(&self) {
-        if self.pass(false) {
+    /// A pass for the application's call (never waits for the thread's). False when it
+    /// could not run: another thread holds the I/O.
+    fn app_pass(&self) -> bool {
+        let Some(io) = self.io.try_lock() else {
+            return false;
+        };
+        if self.pass_locked(io).0 {
             self.app_passes.fetch_add(1, Ordering::Relaxed);
         }
+        true
     }
 
     fn now(&self) -> Instant {
@@ -619,7 +689,7 @@ impl Shared {
 
     /// [`pass`](Self::pass), and whether it received a datagram.
     fn pass_received(&self, wait_lock: bool) -> (bool, bool) {
-        let mut io = if wait_lock {
+        let io = if wait_lock {
             self.io.lock()
         } else {
             match self.io.try_lock() {
@@ -627,6 +697,11 @@ impl Shared {
                 None => return (false, false),
             }
         };
+        self.pass_locked(io)
+    }
+
+    /// [`pass_received`](Self::pass_received) with the I/O held.
+    fn pass_locked(&self, mut io: parking_lot::MutexGuard<'_, Io>) -> (bool, bool) {
         self.passes.fetch_add(1, Ordering::Relaxed);
         if self.leaves_pending.load(Ordering::Acquire) {
             self.apply_leaves(&mut io);
@@ -755,10 +830,10 @@ impl Shared {
         let probation_ns = u64::try_from(PROBATION.as_nanos()).unwrap_or(u64::MAX);
         let min = COVER_MIN.min(idle_after);
         let mut period = min;
-        let mut probation_until = 0u64;
         while !self.stop.load(Ordering::Acquire) {
             let seen = self.app_seen.load(Ordering::SeqCst);
             let now = self.now().as_nanos();
+            let probation_until = self.probation_until.load(Ordering::Relaxed);
             if seen != 0 && now.saturating_sub(seen) < idle_ns && now >= probation_until {
                 self.cover(period);
                 // The application called while the thread slept, or is in a pass now (the
@@ -774,8 +849,10 @@ impl Shared {
                     continue;
                 }
                 if self.pass_received(false).1 {
+                    self.probations.fetch_add(1, Ordering::Relaxed);
                     period = min;
-                    probation_until = self.now().as_nanos().saturating_add(probation_ns);
+                    let until = self.now().as_nanos().saturating_add(probation_ns);
+                    self.probation_until.store(until, Ordering::Relaxed);
                 } else {
                     period = (period * 2).min(idle_after);
                 }

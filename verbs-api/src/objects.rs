@@ -263,6 +263,14 @@ fn progress(driver: &Option<Arc<dyn Driver>>) {
     }
 }
 
+/// Tells the driver that the caller runs [`progress`] right after the work it is about to
+/// make ([`Driver::will_progress`]).
+fn will_progress(driver: &Option<Arc<dyn Driver>>) {
+    if let Some(d) = driver {
+        d.will_progress();
+    }
+}
+
 /// Tells the driver that the caller is about to block ([`Driver::idle`]).
 fn idle(driver: &Option<Arc<dyn Driver>>) {
     if let Some(d) = driver {
@@ -1069,6 +1077,7 @@ impl Qp {
     /// Posts a chain of send WRs (`ibv_post_send(3)`); see [`BadWr`]. On a polled-mode
     /// device it then makes progress (the packets leave now).
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), BadWr> {
+        will_progress(&self.driver);
         let r = self.inner.post_send(wrs);
         progress(&self.driver);
         r
@@ -1142,6 +1151,7 @@ impl Qp {
     /// either outcome (`ibv_wr_abort(3)` is [`SendBatch::clear`]). Otherwise as
     /// [`Qp::post_send`], whose checks every WR goes through.
     pub fn post_batch(&self, batch: &mut SendBatch) -> Result<(), BadWr> {
+        will_progress(&self.driver);
         let r = self.inner.post_send_all(&batch.wrs);
         batch.wrs.clear();
         progress(&self.driver);
