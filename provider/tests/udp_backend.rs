@@ -604,31 +604,48 @@ fn a_source_port_held_by_another_socket_falls_back_to_4791_with_a_good_icrc() {
     assert_eq!(ea.stats().udp.icrc_rewrites, 1);
 }
 
+/// A shared-progress engine A (idle after an hour) whose thread covers for a caller that
+/// just called, and a threaded engine B: (A, its engine, B, its engine, QP 3's source
+/// port, its source address on A, on B).
+type CoveringPair = (
+    Arc<Scripted>,
+    Engine,
+    Arc<Scripted>,
+    Engine,
+    u16,
+    SocketAddr,
+    SocketAddr,
+);
+
+fn covering_pair(a_addr: &str, b_addr: &str) -> CoveringPair {
+    use uroce_provider::backend::Driver;
+    let (a, ea) = engine_on(
+        a_addr,
+        UdpConfig::default(),
+        Progress::Shared {
+            idle_after: Duration::from_secs(3600),
+        },
+    );
+    let (b, eb) = engine_on(b_addr, UdpConfig::default(), thread());
+    let port = uroce_provider::qp_src_port(3);
+    let src_a = SocketAddr::new(ea.local_addr().ip(), port);
+    let src_b = SocketAddr::new(eb.local_addr().ip(), port);
+    // The caller starts calling: the thread covers for it.
+    Driver::progress(&ea);
+    wait_until("A's thread to cover for the caller", || {
+        ea.stats().covers > 0
+    });
+    (a, ea, b, eb, port, src_a, src_b)
+}
+
 /// `Progress::Shared`: while the application calls, its calls move the packets and the
 /// thread sleeps without watching the socket (no hand-off); the thread takes over when the
 /// application says it will block, or when it stopped calling.
 #[test]
 fn shared_progress_runs_in_the_callers_thread_and_the_engine_covers_when_it_stops() {
     use uroce_provider::backend::Driver;
-    let (a, ea) = engine_on(
-        "127.11.10.1",
-        UdpConfig::default(),
-        Progress::Shared {
-            idle_after: Duration::from_secs(3600),
-        },
-    );
-    let (b, eb) = engine_on("127.11.10.2", UdpConfig::default(), thread());
+    let (a, ea, b, eb, port, src_a, src_b) = covering_pair("127.11.10.1", "127.11.10.2");
     let (pa, pb) = (ea.local_addr(), eb.local_addr());
-    let port = uroce_provider::qp_src_port(3);
-    let (src_a, src_b) = (
-        SocketAddr::new(pa.ip(), port),
-        SocketAddr::new(pb.ip(), port),
-    );
-    // The caller starts calling: the thread covers for it.
-    Driver::progress(&ea);
-    wait_until("A's thread to cover for the caller", || {
-        ea.stats().covers > 0
-    });
     // While it covers, the waker never writes the eventfd: the caller's own calls send.
     // (A call whose pass finds the thread's pass holding the I/O lock leaves the packet to
     // it: on a loaded machine several can, so the caller calls until one of its own passes
@@ -691,24 +708,8 @@ fn shared_progress_runs_in_the_callers_thread_and_the_engine_covers_when_it_stop
 #[test]
 fn a_shared_thread_on_probation_is_not_woken_for_a_callers_post() {
     use uroce_provider::backend::Driver;
-    let (a, ea) = engine_on(
-        "127.11.10.4",
-        UdpConfig::default(),
-        Progress::Shared {
-            idle_after: Duration::from_secs(3600),
-        },
-    );
-    let (b, eb) = engine_on("127.11.10.5", UdpConfig::default(), thread());
+    let (a, ea, b, eb, port, src_a, src_b) = covering_pair("127.11.10.4", "127.11.10.5");
     let (pa, pb) = (ea.local_addr(), eb.local_addr());
-    let port = uroce_provider::qp_src_port(3);
-    let (src_a, src_b) = (
-        SocketAddr::new(pa.ip(), port),
-        SocketAddr::new(pb.ip(), port),
-    );
-    Driver::progress(&ea);
-    wait_until("A's thread to cover for the caller", || {
-        ea.stats().covers > 0
-    });
     // A datagram the caller does not receive (it makes no call): the thread takes it and
     // goes on probation.
     b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
