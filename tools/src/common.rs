@@ -485,22 +485,43 @@ pub fn poll_wait(cq: &Cq, wc: &mut [WorkCompletion], timeout: Duration) -> Resul
     }
 }
 
-/// How long a wait spins before it naps between polls, by default.
+/// How long a wait spins before it naps between polls, by default, on a host with two or
+/// more CPUs.
 pub const SPIN_FOR: Duration = Duration::from_micros(200);
 
-/// [`SPIN_FOR`], or `UROCE_SPIN_US` microseconds (read once).
+/// How long a wait spins before it naps on a host with one CPU: 100 ms. There a nap and
+/// its wake-up are two context switches that take the CPU from nobody else (the device's
+/// engine thread covers while the tool polls), and in the lab's emulated 1-CPU guests
+/// each costs about 200 µs: with [`SPIN_FOR`] there, `uroce perf send-lat` took 806-869
+/// µs (t_typical), with 100 ms 582-677.
+pub const SPIN_FOR_1CPU: Duration = Duration::from_millis(100);
+
+/// The spin of a wait on a host with `cpus` CPUs: [`SPIN_FOR_1CPU`] on one, else
+/// [`SPIN_FOR`].
+pub fn default_spin(cpus: usize) -> Duration {
+    if cpus <= 1 {
+        SPIN_FOR_1CPU
+    } else {
+        SPIN_FOR
+    }
+}
+
+/// `UROCE_SPIN_US` microseconds, else [`default_spin`] for this host (read once).
 fn spin_for() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
         std::env::var("UROCE_SPIN_US")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .map_or(SPIN_FOR, Duration::from_micros)
+            .map_or_else(
+                || default_spin(std::thread::available_parallelism().map_or(1, |n| n.get())),
+                Duration::from_micros,
+            )
     })
 }
 
-/// A polling wait's pacing: spin (yielding) for [`SPIN_FOR`], then sleep 20 µs between
-/// polls. Busy polling both host cores starved the lab's TCG guests (their peers), whose
+/// A polling wait's pacing: spin (yielding) for [`SPIN_FOR`] ([`SPIN_FOR_1CPU`] on one
+/// CPU), then sleep 20 µs between polls. Busy polling both host cores starved the lab's TCG guests (their peers), whose
 /// round trips are hundreds of microseconds anyway. Before its first nap it tells the
 /// device (`idle`), so that with shared progress the engine's thread moves the packets
 /// while the tool sleeps.
@@ -685,4 +706,17 @@ pub fn open_loopback(pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Result<(Opene
         format!("{e} (--loopback needs 127.0.0.2; on Linux every 127.x address is local, elsewhere add it with `ifconfig lo0 alias 127.0.0.2`)")
     })?;
     Ok((oa, ob))
+}
+
+#[cfg(test)]
+mod spin_tests {
+    use super::*;
+
+    /// A wait spins 200 µs before napping on two or more CPUs, 100 ms on one.
+    #[test]
+    fn a_wait_spins_longer_on_one_cpu() {
+        assert_eq!(default_spin(1), Duration::from_millis(100));
+        assert_eq!(default_spin(2), Duration::from_micros(200));
+        assert_eq!(default_spin(64), Duration::from_micros(200));
+    }
 }
