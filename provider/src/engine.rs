@@ -388,6 +388,10 @@ struct Shared {
     /// [`Progress::Shared`]: the engine-clock nanoseconds at which the thread's probation
     /// ends (it watches the socket until then, see `run_shared`).
     probation_until: AtomicU64,
+    /// The engine-clock nanoseconds at which the thread asleep on the socket wakes for its
+    /// next timer (`u64::MAX`: none; 0: it is still working that out). An application
+    /// pass that sets an earlier deadline wakes it (see [`Engine::progress`]).
+    sleep_deadline: AtomicU64,
     /// Passes the application's calls ran (all modes).
     app_passes: AtomicU64,
     covers: AtomicU64,
@@ -461,6 +465,7 @@ impl Engine {
             rx_errors: AtomicU64::new(0),
             app_seen: AtomicU64::new(0),
             probation_until: AtomicU64::new(0),
+            sleep_deadline: AtomicU64::new(0),
             app_passes: AtomicU64::new(0),
             covers: AtomicU64::new(0),
             probations: AtomicU64::new(0),
@@ -600,6 +605,8 @@ impl Driver for Engine {
                     // made without waking the thread (`will_progress`) must not wait for
                     // the next datagram or timer.
                     self.shared.wake.wake_if(1 << WATCHING);
+                } else {
+                    self.shared.wake_for_deadline();
                 }
             }
         }
@@ -661,6 +668,23 @@ impl Shared {
             for g in leaves {
                 u.leave(g);
             }
+        }
+    }
+
+    /// Wakes a thread asleep on the socket whose next timer is later than the device's
+    /// (a pass of the application's set an earlier one: a request it sent starts its
+    /// retransmit timer). Otherwise an application that posts and then waits elsewhere
+    /// (rping's server posts a READ and waits on a semaphore while its CQ thread blocks in
+    /// `get_cq_event`) leaves that timer to nobody when the request is lost. One atomic
+    /// load unless the thread watches the socket.
+    fn wake_for_deadline(&self) {
+        if self.wake.sleeping.load(Ordering::SeqCst) != WATCHING {
+            return;
+        }
+        let asleep_until = self.sleep_deadline.load(Ordering::SeqCst);
+        let due = self.dp.poll_timeout().map_or(u64::MAX, |d| d.as_nanos());
+        if asleep_until == 0 || due < asleep_until {
+            self.wake.wake_if(1 << WATCHING);
         }
     }
 
@@ -912,6 +936,7 @@ impl Shared {
     /// Sleeps until a datagram, a wake-up, writability of a full socket, the next timer,
     /// or stop.
     fn sleep(&self) {
+        self.sleep_deadline.store(0, Ordering::SeqCst);
         self.wake.sleeping.store(WATCHING, Ordering::SeqCst);
         // Re-check after announcing sleep: a waker that ran before the store saw the
         // thread awake and did not write the eventfd, but its work is visible now.
@@ -937,6 +962,10 @@ impl Shared {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.sleep_deadline.store(
+            deadline.map_or(u64::MAX, |d| d.as_nanos().max(1)),
+            Ordering::SeqCst,
+        );
         let timeout = deadline.map(|d| d.saturating_duration_since(now));
         if timeout == Some(Duration::ZERO) {
             self.wake.sleeping.store(AWAKE, Ordering::SeqCst);

@@ -895,6 +895,32 @@ fn udp_recv_rearm_after_full_batch_eagain_and_other_sources() {
     }
 }
 
+/// `Progress::Shared`: a caller's pass that sets a timer earlier than the one a thread
+/// asleep on the socket waits for wakes that thread, so that the timer fires when the
+/// caller makes no further call. (rping's server on uroce posts a READ, then waits on a
+/// semaphore while its CQ thread blocks in `get_cq_event`; with the thread on probation
+/// and the READ lost to the lab's 5 % loss, its retransmit timer was left to nobody and
+/// both sides waited for good.)
+#[test]
+fn a_timer_a_callers_pass_sets_fires_without_another_call() {
+    use uroce_provider::backend::Driver;
+    let (a, ea, b, eb, port, src_a, src_b) = covering_pair("127.11.10.6", "127.11.10.7");
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+    a.wait_for(1);
+    wait_until("A's thread on probation", || ea.stats().probations == 1);
+    // Asleep on the socket with no timer: the post's pass sends and starts one.
+    wait_until("A's thread asleep", || ea.stats().sleeps > 0);
+    Driver::will_progress(&ea);
+    *a.timer.lock() = Some(ea.now() + Duration::from_millis(1));
+    a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+    Driver::progress(&ea);
+    b.wait_for(1);
+    wait_until("A's timer to fire with no call", || {
+        !a.fired.lock().is_empty()
+    });
+}
+
 /// `Progress::default()`'s covering thread checks up on a polling application every 1 ms
 /// on two or more CPUs and every 16 ms on one, where each check-up preempts it.
 #[test]
