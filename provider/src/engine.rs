@@ -606,7 +606,7 @@ impl Driver for Engine {
                     // the next datagram or timer.
                     self.shared.wake.wake_if(1 << WATCHING);
                 } else {
-                    self.shared.wake_for_deadline();
+                    self.shared.wake_for_deadline(now, idle_after);
                 }
             }
         }
@@ -671,19 +671,22 @@ impl Shared {
         }
     }
 
-    /// Wakes a thread asleep on the socket whose next timer is later than the device's
-    /// (a pass of the application's set an earlier one: a request it sent starts its
-    /// retransmit timer). Otherwise an application that posts and then waits elsewhere
-    /// (rping's server posts a READ and waits on a semaphore while its CQ thread blocks in
-    /// `get_cq_event`) leaves that timer to nobody when the request is lost. One atomic
-    /// load unless the thread watches the socket.
-    fn wake_for_deadline(&self) {
+    /// Wakes a thread asleep on the socket whose next timer is later than the device's,
+    /// when the device's is due within `idle_after` (a pass of the application's set it).
+    /// A later one waits for the thread's next look: while the application calls, the
+    /// thread asleep on the socket looks again `idle_after` after its last call at the
+    /// latest (`run_shared`). Without either, an application that posts and then waits
+    /// elsewhere (rping's server posts a READ and waits on a semaphore while its CQ thread
+    /// blocks in `get_cq_event`) leaves the request's retransmit timer to nobody when the
+    /// request is lost. One atomic load unless the thread watches the socket.
+    fn wake_for_deadline(&self, now: u64, idle_after: Duration) {
         if self.wake.sleeping.load(Ordering::SeqCst) != WATCHING {
             return;
         }
         let asleep_until = self.sleep_deadline.load(Ordering::SeqCst);
         let due = self.dp.poll_timeout().map_or(u64::MAX, |d| d.as_nanos());
-        if asleep_until == 0 || due < asleep_until {
+        let soon = now.saturating_add(u64::try_from(idle_after.as_nanos()).unwrap_or(u64::MAX));
+        if asleep_until == 0 || (due < asleep_until && due < soon) {
             self.wake.wake_if(1 << WATCHING);
         }
     }
@@ -833,7 +836,7 @@ impl Shared {
                 std::hint::spin_loop();
                 continue;
             }
-            self.sleep();
+            self.sleep(None);
             idle_since = None;
         }
     }
@@ -886,7 +889,18 @@ impl Shared {
             if self.pass(true) {
                 continue;
             }
-            self.sleep();
+            // An application that called within `idle_after` may have started a timer
+            // in its own pass since (a request's retransmit timer): the thread looks again
+            // by then at the latest (see `wake_for_deadline` for sooner timers).
+            let seen = self.app_seen.load(Ordering::SeqCst);
+            let cap = (seen != 0)
+                .then(|| {
+                    seen.saturating_add(idle_ns)
+                        .saturating_sub(self.now().as_nanos())
+                })
+                .filter(|&ns| ns > 0)
+                .map(Duration::from_nanos);
+            self.sleep(cap);
         }
     }
 
@@ -934,8 +948,8 @@ impl Shared {
     }
 
     /// Sleeps until a datagram, a wake-up, writability of a full socket, the next timer,
-    /// or stop.
-    fn sleep(&self) {
+    /// `cap` from now, or stop.
+    fn sleep(&self, cap: Option<Duration>) {
         self.sleep_deadline.store(0, Ordering::SeqCst);
         self.wake.sleeping.store(WATCHING, Ordering::SeqCst);
         // Re-check after announcing sleep: a waker that ran before the store saw the
@@ -967,6 +981,10 @@ impl Shared {
             Ordering::SeqCst,
         );
         let timeout = deadline.map(|d| d.saturating_duration_since(now));
+        let timeout = match (timeout, cap) {
+            (Some(t), Some(c)) => Some(t.min(c)),
+            (t, c) => t.or(c),
+        };
         if timeout == Some(Duration::ZERO) {
             self.wake.sleeping.store(AWAKE, Ordering::SeqCst);
             return;

@@ -618,13 +618,16 @@ type CoveringPair = (
 );
 
 fn covering_pair(a_addr: &str, b_addr: &str) -> CoveringPair {
+    covering_pair_idle(a_addr, b_addr, Duration::from_secs(3600))
+}
+
+/// [`covering_pair`] with A idle after `idle_after`.
+fn covering_pair_idle(a_addr: &str, b_addr: &str, idle_after: Duration) -> CoveringPair {
     use uroce_provider::backend::Driver;
     let (a, ea) = engine_on(
         a_addr,
         UdpConfig::default(),
-        Progress::Shared {
-            idle_after: Duration::from_secs(3600),
-        },
+        Progress::Shared { idle_after },
     );
     let (b, eb) = engine_on(b_addr, UdpConfig::default(), thread());
     let port = uroce_provider::qp_src_port(3);
@@ -901,24 +904,34 @@ fn udp_recv_rearm_after_full_batch_eagain_and_other_sources() {
 /// semaphore while its CQ thread blocks in `get_cq_event`; with the thread on probation
 /// and the READ lost to the lab's 5 % loss, its retransmit timer was left to nobody and
 /// both sides waited for good.)
+/// A timer due within `idle_after` wakes the thread at once; a later one is seen when the
+/// thread looks again, `idle_after` after the caller's last call.
 #[test]
 fn a_timer_a_callers_pass_sets_fires_without_another_call() {
     use uroce_provider::backend::Driver;
-    let (a, ea, b, eb, port, src_a, src_b) = covering_pair("127.11.10.6", "127.11.10.7");
-    let (pa, pb) = (ea.local_addr(), eb.local_addr());
-    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
-    a.wait_for(1);
-    wait_until("A's thread on probation", || ea.stats().probations == 1);
-    // Asleep on the socket with no timer: the post's pass sends and starts one.
-    wait_until("A's thread asleep", || ea.stats().sleeps > 0);
-    Driver::will_progress(&ea);
-    *a.timer.lock() = Some(ea.now() + Duration::from_millis(1));
-    a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
-    Driver::progress(&ea);
-    b.wait_for(1);
-    wait_until("A's timer to fire with no call", || {
-        !a.fired.lock().is_empty()
-    });
+    for (i, (idle_after, timer)) in [(3_600_000, 1), (20, 100)].into_iter().enumerate() {
+        let (a, ea, b, eb, port, src_a, src_b) = covering_pair_idle(
+            &format!("127.11.10.{}", 6 + 2 * i),
+            &format!("127.11.10.{}", 7 + 2 * i),
+            Duration::from_millis(idle_after),
+        );
+        let (pa, pb) = (ea.local_addr(), eb.local_addr());
+        b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+        a.wait_for(1);
+        wait_until("A's thread on probation", || ea.stats().probations == 1);
+        // Asleep on the socket with no timer: the post's pass sends and starts one.
+        wait_until("A's thread asleep", || ea.stats().sleeps > 0);
+        Driver::will_progress(&ea);
+        let due = ea.now() + Duration::from_millis(timer);
+        *a.timer.lock() = Some(due);
+        a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+        Driver::progress(&ea);
+        b.wait_for(1);
+        wait_until("A's timer to fire with no call", || {
+            !a.fired.lock().is_empty()
+        });
+        assert!(a.fired.lock()[0].1 >= due, "not before its deadline");
+    }
 }
 
 /// `Progress::default()`'s covering thread checks up on a polling application every 1 ms
