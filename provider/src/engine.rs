@@ -606,7 +606,7 @@ impl Driver for Engine {
                     // the next datagram or timer.
                     self.shared.wake.wake_if(1 << WATCHING);
                 } else {
-                    self.shared.wake_for_deadline(now, idle_after);
+                    self.shared.wake_for_deadline();
                 }
             }
         }
@@ -671,22 +671,22 @@ impl Shared {
         }
     }
 
-    /// Wakes a thread asleep on the socket whose next timer is later than the device's,
-    /// when the device's is due within `idle_after` (a pass of the application's set it).
-    /// A later one waits for the thread's next look: while the application calls, the
-    /// thread asleep on the socket looks again `idle_after` after its last call at the
-    /// latest (`run_shared`). Without either, an application that posts and then waits
-    /// elsewhere (rping's server posts a READ and waits on a semaphore while its CQ thread
-    /// blocks in `get_cq_event`) leaves the request's retransmit timer to nobody when the
-    /// request is lost. One atomic load unless the thread watches the socket.
-    fn wake_for_deadline(&self, now: u64, idle_after: Duration) {
+    /// Wakes a thread asleep on the socket whose next timer is later than the device's (a
+    /// pass of the application's set an earlier one: a request it sent starts its
+    /// retransmit timer). Otherwise an application that posts and then waits elsewhere
+    /// (rping's server posts a READ and waits on a semaphore while its CQ thread blocks in
+    /// `get_cq_event`) leaves that timer to nobody when the request is lost. While the
+    /// application calls, the thread's sleep on the socket ends `idle_after` after its
+    /// last call (`run_shared`), so a post's retransmit timer, due later, wakes nobody:
+    /// a wake-up per round trip of `ib_write_lat` otherwise. One atomic load unless the
+    /// thread watches the socket.
+    fn wake_for_deadline(&self) {
         if self.wake.sleeping.load(Ordering::SeqCst) != WATCHING {
             return;
         }
         let asleep_until = self.sleep_deadline.load(Ordering::SeqCst);
         let due = self.dp.poll_timeout().map_or(u64::MAX, |d| d.as_nanos());
-        let soon = now.saturating_add(u64::try_from(idle_after.as_nanos()).unwrap_or(u64::MAX));
-        if asleep_until == 0 || (due < asleep_until && due < soon) {
+        if asleep_until == 0 || due < asleep_until {
             self.wake.wake_if(1 << WATCHING);
         }
     }

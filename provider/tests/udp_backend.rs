@@ -904,12 +904,14 @@ fn udp_recv_rearm_after_full_batch_eagain_and_other_sources() {
 /// semaphore while its CQ thread blocks in `get_cq_event`; with the thread on probation
 /// and the READ lost to the lab's 5 % loss, its retransmit timer was left to nobody and
 /// both sides waited for good.)
-/// A timer due within `idle_after` wakes the thread at once; a later one is seen when the
-/// thread looks again, `idle_after` after the caller's last call.
+/// Whether the caller had called just before (the thread looks again `idle_after` after
+/// that call) or had said it would block (`idle`: the thread sleeps on the socket with no
+/// end), and whether the timer is due sooner or later than `idle_after`.
 #[test]
 fn a_timer_a_callers_pass_sets_fires_without_another_call() {
     use uroce_provider::backend::Driver;
-    for (i, (idle_after, timer)) in [(3_600_000, 1), (20, 100)].into_iter().enumerate() {
+    let cases = [(3_600_000, 1, false), (20, 100, false), (20, 50, true)];
+    for (i, (idle_after, timer, idle)) in cases.into_iter().enumerate() {
         let (a, ea, b, eb, port, src_a, src_b) = covering_pair_idle(
             &format!("127.11.10.{}", 6 + 2 * i),
             &format!("127.11.10.{}", 7 + 2 * i),
@@ -919,6 +921,12 @@ fn a_timer_a_callers_pass_sets_fires_without_another_call() {
         b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
         a.wait_for(1);
         wait_until("A's thread on probation", || ea.stats().probations == 1);
+        if idle {
+            // rping's CQ thread blocks in get_cq_event while its main thread posts.
+            let sleeps = ea.stats().sleeps;
+            Driver::idle(&ea);
+            wait_until("A's thread asleep again", || ea.stats().sleeps > sleeps);
+        }
         // Asleep on the socket with no timer: the post's pass sends and starts one.
         wait_until("A's thread asleep", || ea.stats().sleeps > 0);
         Driver::will_progress(&ea);
