@@ -976,15 +976,19 @@ impl Shared {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.sleep_deadline.store(
-            deadline.map_or(u64::MAX, |d| d.as_nanos().max(1)),
-            Ordering::SeqCst,
-        );
         let timeout = deadline.map(|d| d.saturating_duration_since(now));
         let timeout = match (timeout, cap) {
             (Some(t), Some(c)) => Some(t.min(c)),
             (t, c) => t.or(c),
         };
+        // When the thread wakes by itself: a pass that sets an earlier timer wakes it.
+        self.sleep_deadline.store(
+            timeout.map_or(u64::MAX, |t| {
+                let ns = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+                now.as_nanos().saturating_add(ns).max(1)
+            }),
+            Ordering::SeqCst,
+        );
         if timeout == Some(Duration::ZERO) {
             self.wake.sleeping.store(AWAKE, Ordering::SeqCst);
             return;
