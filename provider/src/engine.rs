@@ -180,7 +180,7 @@ impl Progress {
     /// CPUs and not at all on smaller ones (see the module docs for the measurement: on 2
     /// CPUs busy polling makes round trips 2 to 7 times slower).
     pub fn thread() -> Progress {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = host_cpus();
         Progress::Thread {
             busy_poll: if cpus >= BUSY_POLL_MIN_CPUS {
                 DEFAULT_BUSY_POLL
@@ -189,9 +189,7 @@ impl Progress {
             },
         }
     }
-}
 
-impl Progress {
     /// [`Progress::Shared`] with the `idle_after` for `cpus` CPUs:
     /// [`DEFAULT_IDLE_AFTER_1CPU`] for one, else [`DEFAULT_IDLE_AFTER`].
     pub fn shared_for(cpus: usize) -> Progress {
@@ -209,7 +207,7 @@ impl Default for Progress {
     /// [`Progress::shared_for`] this host's CPU count: the application's polling makes
     /// progress, the thread covers for it when it stops.
     fn default() -> Progress {
-        Progress::shared_for(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        Progress::shared_for(host_cpus())
     }
 }
 
@@ -226,6 +224,12 @@ impl std::str::FromStr for Progress {
             _ => Err("progress must be `shared` (the default: the application's polling makes progress, a thread covers for it), `thread` (a thread does all of it) or `polled` (no thread)"),
         }
     }
+}
+
+/// The CPUs this process may run on (`available_parallelism`; 1 when unknown), from which
+/// the defaults of [`Progress`] and the tools' waits are chosen.
+pub fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Fewest CPUs on which the default [`Progress`] busy polls: 4.
@@ -388,9 +392,10 @@ struct Shared {
     /// [`Progress::Shared`]: the engine-clock nanoseconds at which the thread's probation
     /// ends (it watches the socket until then, see `run_shared`).
     probation_until: AtomicU64,
-    /// The engine-clock nanoseconds at which the thread asleep on the socket wakes for its
-    /// next timer (`u64::MAX`: none; 0: it is still working that out). An application
-    /// pass that sets an earlier deadline wakes it (see [`Engine::progress`]).
+    /// The engine-clock nanoseconds at which the thread asleep on the socket wakes by
+    /// itself: its next timer, or `idle_after` after the application's last call
+    /// (`u64::MAX`: never; 0: it is still working that out). An application pass that
+    /// sets an earlier timer wakes it (`wake_for_deadline`).
     sleep_deadline: AtomicU64,
     /// Passes the application's calls ran (all modes).
     app_passes: AtomicU64,

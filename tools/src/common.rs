@@ -514,7 +514,7 @@ fn spin_for() -> Duration {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .map_or_else(
-                || default_spin(std::thread::available_parallelism().map_or(1, |n| n.get())),
+                || default_spin(uroce_provider::engine::host_cpus()),
                 Duration::from_micros,
             )
     })
