@@ -121,10 +121,19 @@ pub enum TapDirection {
 /// the device receives or sends. It runs on the datapath: it must be quick and not block.
 pub type Tap = Arc<dyn Fn(TapDirection, SocketAddr, SocketAddr, &[u8]) + Send + Sync>;
 
+/// How many packets in a row a QP may give [`Device::poll_transmit`] before the next
+/// ready QP's turn (a UDP send batch: 16 packets are one `sendmmsg` on the QP's own
+/// source socket, and one GSO send where the kernel takes it; packet by packet, 16 QPs
+/// with their own source ports made 16 calls of one packet each).
+pub const TX_BURST: u32 = 16;
+
 #[derive(Default)]
 struct Sched {
     /// QPNs with something to send, in the order they became ready (round robin).
     ready: VecDeque<u32>,
+    /// The QP whose turn it is and how many more packets it may give in this turn (it is
+    /// not in `ready` meanwhile, unless an event queued it again).
+    burst: Option<(u32, u32)>,
     /// The QPNs in `ready`, so a QP is queued once.
     queued: IdSet<u32>,
     /// (deadline, QPN) of every QP with a timer running.
@@ -170,6 +179,9 @@ impl Datapath {
         let mut s = self.sched.lock();
         if s.queued.remove(&qpn) {
             s.ready.retain(|&q| q != qpn);
+        }
+        if s.burst.is_some_and(|(q, _)| q == qpn) {
+            s.burst = None;
         }
         if let Some(d) = s.deadline.remove(&qpn) {
             s.timers.remove(&(d, qpn));
@@ -411,8 +423,8 @@ impl Device {
     /// a shorter buffer yields `None`). First the last ACKs of destroyed QPs (an RC QP
     /// destroyed with ACKs, NAKs or ATOMIC ACKNOWLEDGEs still queued leaves them here: the
     /// application may have seen the receive completion before the ACK left, and the peer
-    /// must still hear of it); then the QPs with something to send, round robin, one
-    /// packet each.
+    /// must still hear of it); then the QPs with something to send, round robin, up to
+    /// [`TX_BURST`] packets each per turn.
     pub fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_ROCE_PACKET_LEN {
             return None;
@@ -423,11 +435,16 @@ impl Device {
             return Some(t);
         }
         loop {
-            let qpn = {
+            let (qpn, left) = {
                 let mut s = self.dp.sched.lock();
-                let q = s.ready.pop_front()?;
-                s.queued.remove(&q);
-                q
+                match s.burst.take() {
+                    Some(b) => b,
+                    None => {
+                        let q = s.ready.pop_front()?;
+                        s.queued.remove(&q);
+                        (q, TX_BURST)
+                    }
+                }
             };
             let Some(qp) = self.dp.lookup(qpn) else {
                 continue;
@@ -440,7 +457,11 @@ impl Device {
                 let peer = SocketAddr::new(t.dst, uroce_wire::ROCEV2_PORT);
                 self.tap(TapDirection::Sent, peer, Some(t.src_port), &buf[..t.len]);
                 if more {
-                    self.dp.mark_ready(qpn, false);
+                    if left > 1 {
+                        self.dp.sched.lock().burst = Some((qpn, left - 1));
+                    } else {
+                        self.dp.mark_ready(qpn, false);
+                    }
                 }
                 return Some(t);
             }
@@ -449,8 +470,10 @@ impl Device {
 
     /// True when [`Device::poll_transmit`] may have a packet to give.
     pub fn has_pending_transmit(&self) -> bool {
-        self.dp.has_linger.load(std::sync::atomic::Ordering::SeqCst)
-            || !self.dp.sched.lock().ready.is_empty()
+        self.dp.has_linger.load(std::sync::atomic::Ordering::SeqCst) || {
+            let s = self.dp.sched.lock();
+            !s.ready.is_empty() || s.burst.is_some()
+        }
     }
 
     /// Installs the callback called when a verb (post_send, post_recv, modify_qp) gives the

@@ -26,6 +26,7 @@ mod ack_delay;
 mod explain;
 mod mw;
 mod placement;
+mod scheduling;
 
 const ALL: u32 = AccessFlags::LOCAL_WRITE.bits()
     | AccessFlags::REMOTE_WRITE.bits()
@@ -136,20 +137,32 @@ impl Side {
     }
 
     fn connect(&self, peer: &Side, cfg: &Cfg, sq_psn: u32, rq_psn: u32) {
+        self.connect_qp(&self.qp, peer, peer.qp.qpn(), cfg, sq_psn, rq_psn);
+    }
+
+    /// Takes `qp` (one of this side's) to RTS, connected to QP `peer_qpn` of `peer`.
+    fn connect_qp(
+        &self,
+        qp: &QueuePair,
+        peer: &Side,
+        peer_qpn: u32,
+        cfg: &Cfg,
+        sq_psn: u32,
+        rq_psn: u32,
+    ) {
         let init = QpAttr {
             qp_state: QpState::Init,
             qp_access_flags: ALL,
             ..QpAttr::default()
         };
-        self.qp
-            .modify(
-                &init,
-                QpAttrMask::STATE
-                    | QpAttrMask::PKEY_INDEX
-                    | QpAttrMask::PORT
-                    | QpAttrMask::ACCESS_FLAGS,
-            )
-            .unwrap();
+        qp.modify(
+            &init,
+            QpAttrMask::STATE
+                | QpAttrMask::PKEY_INDEX
+                | QpAttrMask::PORT
+                | QpAttrMask::ACCESS_FLAGS,
+        )
+        .unwrap();
         let rtr = QpAttr {
             qp_state: QpState::Rtr,
             ah_attr: AhAttr {
@@ -157,24 +170,23 @@ impl Side {
                 ..AhAttr::default()
             },
             path_mtu: cfg.mtu,
-            dest_qp_num: peer.qp.qpn(),
+            dest_qp_num: peer_qpn,
             rq_psn,
             max_dest_rd_atomic: cfg.max_rd_atomic,
             min_rnr_timer: cfg.min_rnr_timer,
             ..QpAttr::default()
         };
-        self.qp
-            .modify(
-                &rtr,
-                QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN
-                    | QpAttrMask::MAX_DEST_RD_ATOMIC
-                    | QpAttrMask::MIN_RNR_TIMER,
-            )
-            .unwrap();
+        qp.modify(
+            &rtr,
+            QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN
+                | QpAttrMask::MAX_DEST_RD_ATOMIC
+                | QpAttrMask::MIN_RNR_TIMER,
+        )
+        .unwrap();
         let rts = QpAttr {
             qp_state: QpState::Rts,
             timeout: cfg.timeout,
@@ -184,17 +196,16 @@ impl Side {
             max_rd_atomic: cfg.max_rd_atomic,
             ..QpAttr::default()
         };
-        self.qp
-            .modify(
-                &rts,
-                QpAttrMask::STATE
-                    | QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::SQ_PSN
-                    | QpAttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .unwrap();
+        qp.modify(
+            &rts,
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
+        .unwrap();
     }
 }
 
