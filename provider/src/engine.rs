@@ -589,7 +589,8 @@ impl Driver for Engine {
         match self.progress {
             Progress::Thread { .. } => {}
             Progress::Polled => {
-                self.shared.app_pass();
+                let posted = PASS_FOLLOWS.with(|f| f.replace(false));
+                self.shared.app_pass(posted);
             }
             Progress::Shared { idle_after } => {
                 let now = self.shared.now().as_nanos().max(1);
@@ -603,7 +604,7 @@ impl Driver for Engine {
                     self.shared.wake.wake_if(1 << WATCHING);
                 }
                 let deferred = PASS_FOLLOWS.with(|f| f.replace(false));
-                let ran = self.shared.app_pass();
+                let ran = self.shared.app_pass(deferred);
                 if deferred && (!ran || self.shared.dp.has_pending_transmit()) {
                     // Another thread's pass holds the I/O (it may be past its send step),
                     // or this one left packets over its batch limit: what the caller
@@ -618,7 +619,7 @@ impl Driver for Engine {
     }
 
     fn will_progress(&self) {
-        if let Progress::Shared { .. } = self.progress {
+        if !matches!(self.progress, Progress::Thread { .. }) {
             PASS_FOLLOWS.with(|f| f.set(true));
         }
     }
@@ -697,12 +698,15 @@ impl Shared {
     }
 
     /// A pass for the application's call (never waits for the thread's). False when it
-    /// could not run: another thread holds the I/O.
-    fn app_pass(&self) -> bool {
+    /// could not run: another thread holds the I/O. `posted`: the call posted send WRs
+    /// (`will_progress`), so the pass sends before it receives: their packets leave
+    /// without waiting for a receive call (one system call less before them, which the
+    /// lab's emulated guests make slowly).
+    fn app_pass(&self, posted: bool) -> bool {
         let Some(io) = self.io.try_lock() else {
             return false;
         };
-        if self.pass_locked(io).0 {
+        if self.pass_locked(io, posted).0 {
             self.app_passes.fetch_add(1, Ordering::Relaxed);
         }
         true
@@ -729,11 +733,16 @@ impl Shared {
                 None => return (false, false),
             }
         };
-        self.pass_locked(io)
+        self.pass_locked(io, false)
     }
 
-    /// [`pass_received`](Self::pass_received) with the I/O held.
-    fn pass_locked(&self, mut io: parking_lot::MutexGuard<'_, Io>) -> (bool, bool) {
+    /// [`pass_received`](Self::pass_received) with the I/O held; `send_first`: send what
+    /// the device has before receiving (and again at the end, as always).
+    fn pass_locked(
+        &self,
+        mut io: parking_lot::MutexGuard<'_, Io>,
+        send_first: bool,
+    ) -> (bool, bool) {
         self.passes.fetch_add(1, Ordering::Relaxed);
         if self.leaves_pending.load(Ordering::Acquire) {
             self.apply_leaves(&mut io);
@@ -745,6 +754,10 @@ impl Shared {
         // One clock reading serves every step until one of them did something (handling
         // datagrams or timers takes time): an empty poll reads the clock once, not thrice.
         let mut now = self.now();
+        let sent_first = send_first && self.send_at(&mut io, now).sent > 0;
+        if sent_first {
+            now = self.now();
+        }
         if let Link::Udp(udp) = &mut io.link {
             if udp.has_groups() {
                 let port = local.port();
@@ -806,7 +819,7 @@ impl Shared {
             now = self.now();
         }
         let out = self.send_at(&mut io, now);
-        (work || out.sent > 0, received)
+        (work || sent_first || out.sent > 0, received)
     }
 
     /// The send half of a pass: what the device has, up to the batch limit.

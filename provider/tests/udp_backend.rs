@@ -72,6 +72,9 @@ struct Scripted {
     waker: Mutex<Option<Waker>>,
     timer: Mutex<Option<Instant>>,
     fired: Mutex<Vec<(Instant, Instant)>>,
+    /// `b'r'` for each datagram handled and `b's'` for each packet given, in order, with
+    /// the thread that did it.
+    events: Mutex<Vec<(std::thread::ThreadId, u8)>>,
 }
 
 impl Scripted {
@@ -100,10 +103,12 @@ impl Scripted {
 impl SansIo for Scripted {
     fn handle_datagram(&self, _now: Instant, src: SocketAddr, payload: &[u8], icrc: RxIcrc) {
         self.got.lock().push((src, payload.to_vec(), icrc));
+        self.events.lock().push((std::thread::current().id(), b'r'));
         self.cv.notify_all();
     }
     fn poll_transmit(&self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let (dst, src_port, p) = self.out.lock().pop_front()?;
+        self.events.lock().push((std::thread::current().id(), b's'));
         buf[..p.len()].copy_from_slice(&p);
         Some(Transmit {
             dst,
@@ -256,6 +261,61 @@ fn polled_mode_makes_progress_only_when_asked() {
         eb.progress();
         !b.got.lock().is_empty()
     });
+}
+
+/// The pass that follows a post (`Driver::will_progress`, what the verbs layer's
+/// `post_send` calls first) sends before it receives: a datagram waiting in the socket is
+/// handled after the posted packet left. Any other pass receives first.
+#[test]
+fn a_pass_after_a_post_sends_before_it_receives() {
+    use uroce_provider::backend::Driver;
+    for progress in [
+        Progress::Polled,
+        Progress::Shared {
+            idle_after: Duration::from_secs(3600),
+        },
+    ] {
+        let (a, ea) = engine_on("127.11.3.3", UdpConfig::default(), progress);
+        let (b, eb) = engine_on("127.11.3.4", UdpConfig::default(), Progress::Polled);
+        let (pa, pb) = (ea.local_addr(), eb.local_addr());
+        let port = uroce_provider::qp_src_port(1);
+        let (src_a, src_b) = (
+            SocketAddr::new(pa.ip(), port),
+            SocketAddr::new(pb.ip(), port),
+        );
+        if let Progress::Shared { .. } = progress {
+            // The caller starts calling: the thread covers for it (off the socket).
+            Driver::progress(&ea);
+            wait_until("A's thread to cover for the caller", || {
+                ea.stats().covers > 0
+            });
+        }
+        let one_pass = |posted: bool| {
+            // A datagram from B waits in A's socket (loopback delivers it within the send;
+            // the loop retries a pass that did not see it, or when A's thread, checking
+            // up between the caller's calls, took part of it).
+            for _ in 0..100 {
+                b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+                assert!(eb.progress());
+                a.events.lock().clear();
+                // The verbs layer's order: will_progress, the post (which calls the waker),
+                // the pass.
+                if posted {
+                    ea.will_progress();
+                }
+                a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+                Driver::progress(&ea);
+                let me = std::thread::current().id();
+                let ev = a.events.lock().clone();
+                if ev.len() == 2 && ev.iter().all(|&(t, _)| t == me) && ev[0].1 != ev[1].1 {
+                    return ev.iter().map(|&(_, e)| e).collect::<Vec<u8>>();
+                }
+            }
+            panic!("no pass of A's both received and sent ({progress:?})");
+        };
+        assert_eq!(one_pass(true), b"sr", "after a post ({progress:?})");
+        assert_eq!(one_pass(false), b"rs", "any other pass ({progress:?})");
+    }
 }
 
 #[test]

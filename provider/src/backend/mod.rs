@@ -288,7 +288,8 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// [`progress`](Driver::progress) right after: a driver whose thread covers for a
     /// polling application need not wake that thread for the work, since the caller's own
     /// pass sends it (on one CPU each such wake-up is a context switch and two in the
-    /// lab's emulated guests cost about 200 µs each). Default: nothing.
+    /// lab's emulated guests cost about 200 µs each), and the caller's pass sends before
+    /// it receives. Default: nothing.
     fn will_progress(&self) {}
 }
 
