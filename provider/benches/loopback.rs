@@ -11,7 +11,8 @@
 //! - **send-lat**: RC SEND of 8 bytes ping-pong (`ib_send_lat` style, half the round
 //!   trip), next to a raw UDP ping-pong of 8 bytes. Goal: <= 1.5x raw UDP. Two pairs:
 //!   threaded engines vs blocking sockets, and polled progress (the application thread
-//!   drives its device) vs busy-polled sockets.
+//!   drives its device) vs busy-polled sockets, without and with an ACK datagram per
+//!   message (RC's floor: its responder sends one).
 //! - aggregate write-bw with 1 and with 256 QP pairs (32 messages outstanding in all);
 //! - the memory an idle QP costs: RSS delta over 10 000 RC QPs in RTS, and `size_of` of
 //!   the main structures.
@@ -249,7 +250,12 @@ fn gso_blast(tx_addr: &str, rx_addr: &str) -> Option<Blast> {
 }
 
 /// Half the median round trip of 8-byte UDP ping-pongs, in µs, and the p99 of the same.
-fn raw_ping_pong(a: &str, b: &str, busy: bool) -> (f64, f64) {
+/// `acks`: each side answers every message with an 8-byte ACK datagram before anything
+/// else, as an RC responder does (the floor of an RC SEND ping-pong: two datagrams per
+/// message, one of them sent before the reply).
+fn raw_ping_pong(a: &str, b: &str, busy: bool, acks: bool) -> (f64, f64) {
+    const MSG: u8 = 0;
+    const ACK: u8 = 1;
     let sa = UdpSocket::bind(a).unwrap();
     let sb = UdpSocket::bind(b).unwrap();
     let (pa, pb) = (sa.local_addr().unwrap(), sb.local_addr().unwrap());
@@ -257,11 +263,23 @@ fn raw_ping_pong(a: &str, b: &str, busy: bool) -> (f64, f64) {
     sb.set_nonblocking(busy).unwrap();
     sa.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     sb.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let recv = move |s: &UdpSocket, buf: &mut [u8]| loop {
+    // The next message (ACKs skipped); false when none came for a second, or `stop`.
+    let recv_msg = move |s: &UdpSocket, buf: &mut [u8], stop: &AtomicBool| loop {
         match s.recv_from(buf) {
+            Ok(_) if buf[0] == ACK => {}
             Ok(_) => return true,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && busy => std::hint::spin_loop(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && busy => {
+                if stop.load(Ordering::Acquire) {
+                    return false;
+                }
+                std::hint::spin_loop()
+            }
             Err(_) => return false,
+        }
+    };
+    let answer = move |s: &UdpSocket, to: SocketAddr| {
+        if acks {
+            s.send_to(&[ACK; 8], to).unwrap();
         }
     };
     let stop = Arc::new(AtomicBool::new(false));
@@ -269,27 +287,23 @@ fn raw_ping_pong(a: &str, b: &str, busy: bool) -> (f64, f64) {
     let echo = std::thread::spawn(move || {
         let mut buf = [0u8; 8];
         while !st.load(Ordering::Acquire) {
-            if busy {
-                match sb.recv_from(&mut buf) {
-                    Ok(_) => {
-                        sb.send_to(&buf, pa).unwrap();
-                    }
-                    Err(_) => std::hint::spin_loop(),
-                }
-            } else if recv(&sb, &mut buf) {
-                sb.send_to(&buf, pa).unwrap();
+            if recv_msg(&sb, &mut buf, &st) {
+                answer(&sb, pa);
+                sb.send_to(&[MSG; 8], pa).unwrap();
             }
         }
     });
     let mut buf = [0u8; 8];
     let mut rtts = Vec::with_capacity(LAT_ROUNDS);
     let t0 = Instant::now();
+    let never = AtomicBool::new(false);
     for i in 0..LAT_ROUNDS + 1000 {
         let t = Instant::now();
-        sa.send_to(&buf, pb).unwrap();
-        if !recv(&sa, &mut buf) {
+        sa.send_to(&[MSG; 8], pb).unwrap();
+        if !recv_msg(&sa, &mut buf, &never) {
             break;
         }
+        answer(&sa, pb);
         if i >= 1000 {
             rtts.push(t.elapsed());
         }
@@ -298,7 +312,7 @@ fn raw_ping_pong(a: &str, b: &str, busy: bool) -> (f64, f64) {
         }
     }
     stop.store(true, Ordering::Release);
-    let _ = sa.send_to(&buf, pb);
+    let _ = sa.send_to(&[MSG; 8], pb);
     echo.join().unwrap();
     half_rtt(rtts)
 }
@@ -542,6 +556,10 @@ fn send_lat(a_addr: &str, b_addr: &str, progress: Progress) -> (f64, f64) {
             }],
         );
         wr.flags |= uroce_provider::wr::SendFlags::INLINE;
+        // As the verbs layer's post_send: the pass that follows sends first.
+        if let Some(dr) = &d.driver {
+            dr.will_progress();
+        }
         qp.post_send(&[wr]).unwrap();
         d.progress();
     };
@@ -702,8 +720,9 @@ fn main() {
     let w1 = &w1s[BW_ROUNDS / 2];
     let gso = gso_blast("127.15.0.3", "127.15.0.4");
     let w256 = write_bw("127.15.1.3", "127.15.1.4", 256);
-    let raw_lat = raw_ping_pong("127.15.2.1:0", "127.15.2.2:0", false);
-    let raw_busy = raw_ping_pong("127.15.2.3:0", "127.15.2.4:0", true);
+    let raw_lat = raw_ping_pong("127.15.2.1:0", "127.15.2.2:0", false, false);
+    let raw_busy = raw_ping_pong("127.15.2.3:0", "127.15.2.4:0", true, false);
+    let raw_busy_acks = raw_ping_pong("127.15.2.5:0", "127.15.2.6:0", true, true);
     let lat_thread = send_lat("127.15.3.1", "127.15.3.2", Progress::default());
     let lat_polled = send_lat("127.15.3.3", "127.15.3.4", Progress::Polled);
 
@@ -780,10 +799,15 @@ fn main() {
         raw_busy.0, raw_busy.1
     );
     println!(
-        "  uroce RC SEND, polled progress (app polls)       {:>6.1} / {:>6.1}   {:.2}x busy raw",
+        "  raw UDP ping-pong, busy-polled, ACK datagrams    {:>6.1} / {:>6.1}   (RC's two datagrams per message)",
+        raw_busy_acks.0, raw_busy_acks.1
+    );
+    println!(
+        "  uroce RC SEND, polled progress (app polls)       {:>6.1} / {:>6.1}   {:.2}x busy raw, {:.2}x busy raw with ACKs",
         lat_polled.0,
         lat_polled.1,
-        lat_polled.0 / raw_busy.0
+        lat_polled.0 / raw_busy.0,
+        lat_polled.0 / raw_busy_acks.0
     );
     println!();
     println!("idle QP memory");
