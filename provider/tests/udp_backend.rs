@@ -430,6 +430,28 @@ fn udp_backend_sets_the_port_mtu_of_the_device() {
     assert!(opened.driver.as_ref().unwrap().is_threaded());
 }
 
+/// Polled progress has no thread to send a held ACK after the program's last call (it may
+/// be done, waiting for the send completion that ACK gives its peer): the backend opens
+/// the device without ACK coalescing. `uroce perf send-lat --progress polled` with
+/// `UROCE_ACK_DELAY_US=20` ended in the server's `RETRY_EXC_ERR` that way.
+#[test]
+fn polled_progress_opens_the_device_without_ack_coalescing() {
+    let delay = Some(Duration::from_micros(20));
+    for (progress, want) in [(Progress::Polled, None), (thread(), delay)] {
+        let mut cfg = DeviceConfig::new("ackd", ip("127.11.6.3"));
+        cfg.ack_delay = delay;
+        let backend = UdpBackend {
+            engine: EngineConfig {
+                progress,
+                ..EngineConfig::default()
+            },
+            ..UdpBackend::default()
+        };
+        let opened = backend.open(cfg, DeviceLimits::DEFAULT).unwrap();
+        assert_eq!(opened.device.config().ack_delay, want, "{progress:?}");
+    }
+}
+
 fn device_on(
     addr: &str,
     icrc: IcrcPolicy,

@@ -278,6 +278,11 @@ impl Backend for RawBackend {
     fn open(&self, mut config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError> {
         let link = RawLink::open(config.addr, &self.raw, config.seed)?;
         config.port_mtu = link.active_mtu();
+        if matches!(self.engine.progress, crate::engine::Progress::Polled) {
+            // No thread would send a held ACK once the program stops calling (it may be
+            // done, and wait for its peer's send completion, which needs that ACK).
+            config.ack_delay = None;
+        }
         let device = Device::with_limits(config, limits);
         let engine = Engine::start_raw(device.clone(), link, self.engine.clone())?;
         Ok(Opened {

@@ -229,6 +229,11 @@ impl Backend for UdpBackend {
     fn open(&self, mut config: DeviceConfig, limits: DeviceLimits) -> Result<Opened, BackendError> {
         let sockets = UdpSockets::open(config.addr, &self.udp)?;
         config.port_mtu = sockets.active_mtu();
+        if matches!(self.engine.progress, crate::engine::Progress::Polled) {
+            // No thread would send a held ACK once the program stops calling (it may be
+            // done, and wait for its peer's send completion, which needs that ACK).
+            config.ack_delay = None;
+        }
         let device = Device::with_limits(config, limits);
         let engine = Engine::start(device.clone(), sockets, self.engine.clone())?;
         Ok(Opened {

@@ -98,6 +98,17 @@ enum AckHold {
     Due,
 }
 
+/// [`QueuePair::ack_plan`]'s answer for the responder's plain ACK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AckPlan {
+    /// Send the responder's packet now (no delay, the delay is over, or not a plain ACK).
+    Now,
+    /// Keep holding it; the requester's packet, if any, may go.
+    Hold,
+    /// The requester's packet goes first, the ACK right after it.
+    AfterRequest,
+}
+
 impl Default for RcTransport {
     fn default() -> Self {
         RcTransport {
@@ -296,29 +307,65 @@ impl QueuePair {
                 .has_work(a.qp_state, &inner.sq, a.max_rd_atomic)
     }
 
-    /// Whether to hold the plain ACK the responder has (and nothing else) instead of
-    /// sending it now: while the coalescing delay runs and the requester has nothing to
-    /// send it with (see [`crate::device::DeviceConfig::ack_delay`]). The delay starts at
-    /// the first ACK held; newer ACKs replace it without restarting it.
-    fn hold_ack(&self, inner: &mut QpInner, now: Instant) -> bool {
+    /// What to do with the plain ACK the responder has (and nothing else), see
+    /// [`crate::device::DeviceConfig::ack_delay`]: hold it while the coalescing delay runs
+    /// and the requester has nothing to send; once the requester has a packet, send that
+    /// first and the ACK right after it (the peer's next request does not wait behind
+    /// the ACK's send); without a delay, or for any other response, send it now. The
+    /// delay starts at the first ACK held; newer ACKs replace it without restarting it.
+    fn ack_plan(&self, inner: &mut QpInner, now: Instant) -> AckPlan {
         let rc = &inner.rc;
         if rc.ack_hold == AckHold::Due || !rc.resp.only_plain_ack() {
-            return false;
+            return AckPlan::Now;
         }
         if rc.ack_hold == AckHold::Held {
-            return !self.requester_has_work(inner);
+            return if self.requester_has_work(inner) {
+                AckPlan::AfterRequest
+            } else {
+                AckPlan::Hold
+            };
         }
         let delay = self.pd().device().config().ack_delay.unwrap_or_default();
         let delay = match ack_timeout(inner.attr.timeout) {
             Some(t) => delay.min(t / 16),
             None => delay,
         };
-        if delay.is_zero() || self.requester_has_work(inner) {
-            return false;
+        if delay.is_zero() {
+            return AckPlan::Now;
+        }
+        if self.requester_has_work(inner) {
+            return AckPlan::AfterRequest;
         }
         inner.rc.ack_hold = AckHold::Held;
         inner.rc.timers.set(Timer::AckDelay, now + delay);
-        true
+        AckPlan::Hold
+    }
+
+    /// Builds the responder's next packet into `buf` and counts it; its length.
+    fn transmit_response(
+        &self,
+        inner: &mut QpInner,
+        a: &QpAttr,
+        route: Route,
+        buf: &mut [u8],
+        tally: &mut Tally,
+    ) -> Option<usize> {
+        let (len, what) = inner
+            .rc
+            .resp
+            .poll_transmit(a.dest_qp_num, a.path_mtu, route, buf)?;
+        if inner.rc.ack_hold != AckHold::None && !inner.rc.resp.only_plain_ack() {
+            // The held ACK (or the newer one that replaced it) went out.
+            inner.rc.ack_hold = AckHold::None;
+            inner.rc.timers.stop(Timer::AckDelay);
+        }
+        tally.add(what, 1);
+        tracing::trace!(len, kind = what.name(), "response packet sent");
+        if let Some((e, psn)) = inner.rc.resp.take_fatal() {
+            // The packet just built is that failure's NAK: it still goes out.
+            self.responder_fatal(inner, e, psn, None);
+        }
+        Some(len)
     }
 
     /// Raises `COMM_EST` at the first packet received in RTR (IBTA §11.6.3.1: once).
@@ -683,28 +730,14 @@ impl QueuePair {
         let route = route(self, &a);
         let mut tally = Tally::default();
         let mut sent = None;
-        let response = if self.hold_ack(inner, now) {
-            None
-        } else {
-            inner
-                .rc
-                .resp
-                .poll_transmit(a.dest_qp_num, a.path_mtu, route, buf)
-        };
-        if let Some((len, what)) = response {
-            if inner.rc.ack_hold != AckHold::None && !inner.rc.resp.only_plain_ack() {
-                // The held ACK (or the newer one that replaced it) went out.
-                inner.rc.ack_hold = AckHold::None;
-                inner.rc.timers.stop(Timer::AckDelay);
-            }
-            tally.add(what, 1);
-            tracing::trace!(len, kind = what.name(), "response packet sent");
-            sent = Some(len);
-            if let Some((e, psn)) = inner.rc.resp.take_fatal() {
-                // The packet just built is that failure's NAK: it still goes out.
-                self.responder_fatal(inner, e, psn, None);
-            }
-        } else if matches!(a.qp_state, QpState::Rts | QpState::Sqd) && !self.pace_hold(inner, now) {
+        let plan = self.ack_plan(inner, now);
+        if plan == AckPlan::Now {
+            sent = self.transmit_response(inner, &a, route, buf, &mut tally);
+        }
+        if sent.is_none()
+            && matches!(a.qp_state, QpState::Rts | QpState::Sqd)
+            && !self.pace_hold(inner, now)
+        {
             let ctx = self.req_ctx(&a, route);
             let mut out = inner.rc.req.poll_transmit(&ctx, &inner.sq, buf);
             while out == ReqOut::Local {
@@ -745,6 +778,14 @@ impl QueuePair {
                         self.apply_actions(inner, now, &mut acts, false);
                     }
                 }
+            }
+        }
+        if plan == AckPlan::AfterRequest {
+            if sent.is_some() {
+                // The request went first; the ACK is the QP's next packet.
+                inner.rc.ack_hold = AckHold::Due;
+            } else {
+                sent = self.transmit_response(inner, &a, route, buf, &mut tally);
             }
         }
         if let Some(len) = sent {

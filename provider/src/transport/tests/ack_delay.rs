@@ -30,8 +30,8 @@ fn b_since(p: &Pair, from: usize) -> Vec<(Opcode, u32, Option<AethSyndrome>)> {
         .collect()
 }
 
-/// b received a SEND: its ACK waits, and leaves right before b's reply, in the same
-/// transmit run (one `sendmmsg` over UDP).
+/// b received a SEND: its ACK waits, and leaves right after b's reply, in the same
+/// transmit run (one `sendmmsg` over UDP): the reply does not wait behind the ACK.
 #[test]
 fn a_held_ack_leaves_with_the_next_request() {
     let mut p = pair();
@@ -49,8 +49,8 @@ fn a_held_ack_leaves_with_the_next_request() {
     assert_eq!(
         b_since(&p, from),
         [
-            (Opcode::RC_ACKNOWLEDGE, 100, Some(ACK)),
-            (Opcode::RC_SEND_ONLY, 5000, None)
+            (Opcode::RC_SEND_ONLY, 5000, None),
+            (Opcode::RC_ACKNOWLEDGE, 100, Some(ACK))
         ]
     );
     p.a.post_recv(8, 0, 100);
@@ -63,6 +63,41 @@ fn a_held_ack_leaves_with_the_next_request() {
         [(1, WcStatus::Success)]
     );
     assert_eq!(p.a.dev.counters().retransmits, 0);
+}
+
+/// An ACK owed while the requester has a message to send waits for its first packet only:
+/// it is the next packet after it, before the rest of the message.
+#[test]
+fn an_ack_owed_during_a_message_follows_its_first_packet() {
+    let mut p = pair();
+    p.b.post_recv(7, 0, 100);
+    p.a.post_recv(8, 0, 4096);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    // b's 3-packet SEND (MTU 1024) is posted before a's SEND arrives.
+    p.b.post(2, SendOp::Send, vec![p.b.sge(0, 3000)], SendFlags::SIGNALED);
+    let w = std::mem::take(&mut p.wire);
+    for d in &w {
+        p.deliver(d);
+    }
+    let from = p.log.len();
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [
+            (Opcode::RC_SEND_FIRST, 5000, None),
+            (Opcode::RC_ACKNOWLEDGE, 100, Some(ACK)),
+            (Opcode::RC_SEND_MIDDLE, 5001, None),
+            (Opcode::RC_SEND_LAST, 5002, None),
+        ]
+    );
+    p.run();
+    assert_eq!(Side::wcs(&p.a.scq).len(), 1);
+    assert_eq!(Side::wcs(&p.b.scq).len(), 1);
+    assert_eq!(
+        p.a.dev.counters().retransmits + p.b.dev.counters().retransmits,
+        0
+    );
 }
 
 /// With nothing to send it with, the held ACK leaves when its delay ends, and three
