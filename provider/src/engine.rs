@@ -284,6 +284,67 @@ pub struct EngineStats {
     pub raw: Option<RawStats>,
 }
 
+impl EngineStats {
+    /// Every count with a name (`engine_*`, then `udp_*` or the raw link's `raw_*`; the
+    /// raw link's per-ECN and per-DSCP arrays are left out), in field order: what
+    /// [`Driver::stats`] gives `uroce stat`.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        let mut v = vec![
+            ("engine_passes", self.passes),
+            ("engine_app_passes", self.app_passes),
+            ("engine_sleeps", self.sleeps),
+            ("engine_covers", self.covers),
+            ("engine_wakeups", self.wakeups),
+            ("engine_probations", self.probations),
+            ("engine_timer_fires", self.timer_fires),
+            ("engine_rx_errors", self.rx_errors),
+        ];
+        match &self.raw {
+            None => {
+                let u = &self.udp;
+                v.extend([
+                    ("udp_rx_datagrams", u.rx_datagrams),
+                    ("udp_rx_batches", u.rx_batches),
+                    ("udp_rx_truncated", u.rx_truncated),
+                    ("udp_tx_datagrams", u.tx_datagrams),
+                    ("udp_tx_batches", u.tx_batches),
+                    ("udp_tx_errors", u.tx_errors),
+                    ("udp_tx_blocked", u.tx_blocked),
+                    ("udp_icrc_rewrites", u.icrc_rewrites),
+                    ("udp_source_sockets", u.source_sockets),
+                    ("udp_rx_injected_drops", u.rx_injected_drops),
+                    ("udp_rx_ce", u.rx_ce),
+                    ("udp_rx_gro_datagrams", u.rx_gro_datagrams),
+                    ("udp_rx_gro_segments", u.rx_gro_segments),
+                    ("udp_rx_gro_refused", u.rx_gro_refused),
+                    ("udp_tx_gso_sends", u.tx_gso_sends),
+                    ("udp_tx_gso_segments", u.tx_gso_segments),
+                    ("udp_tx_gso_refused", u.tx_gso_refused),
+                ]);
+            }
+            Some(r) => v.extend([
+                ("raw_rx_frames", r.rx_frames),
+                ("raw_rx_roce", r.rx_roce),
+                ("raw_rx_icrc_ok", r.rx_icrc_ok),
+                ("raw_rx_icrc_bad", r.rx_icrc_bad),
+                ("raw_rx_not_ours", r.rx_not_ours),
+                ("raw_rx_malformed", r.rx_malformed),
+                ("raw_rx_ip_checksum_drops", r.rx_ip_checksum_drops),
+                ("raw_tx_frames", r.tx_frames),
+                ("raw_tx_errors", r.tx_errors),
+                ("raw_tx_blocked", r.tx_blocked),
+                ("raw_tx_self_drops", r.tx_self_drops),
+                ("raw_neigh_lookups", r.neigh_lookups),
+                ("raw_neigh_nudges", r.neigh_nudges),
+                ("raw_neigh_resolved", r.neigh_resolved),
+                ("raw_neigh_waits", r.neigh_waits),
+                ("raw_neigh_drops", r.neigh_drops),
+            ]),
+        }
+        v
+    }
+}
+
 /// The engine thread is running a pass (or about to).
 const AWAKE: u8 = 0;
 /// It sleeps watching the receive socket, the eventfd and its timers.
@@ -633,6 +694,10 @@ impl Driver for Engine {
 
     fn is_threaded(&self) -> bool {
         self.thread.is_some()
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Engine::stats(self).named()
     }
 }
 

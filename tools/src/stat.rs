@@ -206,6 +206,12 @@ fn print_snapshot(out: &dyn Fn(String), s: &Snapshot) {
         }
         let qps: Vec<_> = d.qps.iter().map(|q| (q.qpn, named(&q.counters))).collect();
         print_counter_table(out, &d.name, d.addr, &named(&d.counters), &qps);
+        if !d.driver.is_empty() {
+            out(format!("engine and sockets of {}:", d.name));
+            for (name, v) in &d.driver {
+                out(format!("  {name:<24}{v:>14}"));
+            }
+        }
     }
 }
 

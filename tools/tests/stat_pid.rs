@@ -71,6 +71,23 @@ fn table(out: &str, name: &str) -> HashMap<String, Vec<u64>> {
         .collect()
 }
 
+/// The engine and socket counts of device `name` in `uroce stat --pid` output.
+fn engine_counts(out: &str, name: &str) -> HashMap<String, u64> {
+    let title = format!("engine and sockets of {name}:");
+    let mut lines = out.lines().skip_while(|l| *l != title);
+    assert!(
+        lines.next().is_some(),
+        "no engine counts of {name} in:\n{out}"
+    );
+    lines
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (k, v) = l.trim().split_once(' ').unwrap();
+            (k.to_string(), v.trim().parse().unwrap())
+        })
+        .collect()
+}
+
 /// SEND `n` messages of 1 KiB from `a` to `b`, each received.
 fn traffic(a: &End, b: &End, n: u64) {
     for i in 0..n {
@@ -143,6 +160,15 @@ fn stat_pid_reads_the_devices_qps_and_counters_of_a_running_rust_program() {
     );
     let tb = table(&after, "ub");
     assert!(tb["packets_received"][1] >= 8, "{after}");
+    // The engine's and sockets' counts: 8 SENDs left ua's socket, in at most 8 batches.
+    let e = engine_counts(&after, "ua");
+    assert!(e["udp_tx_datagrams"] >= 8, "{after}");
+    assert!(
+        (1..=e["udp_tx_datagrams"]).contains(&e["udp_tx_batches"]),
+        "{after}"
+    );
+    assert!(e["engine_passes"] > 0, "{after}");
+    assert_eq!(e["udp_rx_truncated"], 0, "{after}");
 }
 
 #[test]

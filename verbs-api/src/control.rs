@@ -18,14 +18,19 @@
 //!
 //! One record per line, fields `key=value` separated by spaces (values have no spaces,
 //! but `name=` on the `process` line, which runs to the end of the line); counter lines
-//! belong to the `device` or `qp` line above them. A reader skips keys and record kinds it
-//! does not know; a new version number means an incompatible change.
+//! belong to the `device` or `qp` line above them, `driver` lines (the counts of the
+//! device's engine and sockets, `uroce_provider::engine::EngineStats::named`) to the
+//! `device` line above them. A reader skips keys and record kinds it does not know; a new
+//! version number means an incompatible change.
 //!
 //! ```text
 //! uroce-control 1
 //! process pid=4242 name=ibv_rc_pingpong
 //! device name=uroce0 backend=udp addr=127.0.0.1 gid=::ffff:127.0.0.1 mtu=1024
 //! counter packets_sent 1002
+//! ...
+//! driver engine_passes 5120
+//! driver udp_tx_batches 1001
 //! ...
 //! qp qpn=0x00a1b2 type=RC state=RTS peer=127.0.0.2 peer_qpn=0x00c3d4
 //! counter packets_sent 1002
@@ -43,6 +48,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use uroce_provider as p;
+use uroce_provider::backend::Driver;
 
 /// The environment variable that turns the control socket off: `0` (or `off`, `no`,
 /// `false`) starts no thread and binds no socket. Read once, at the first device open.
@@ -103,6 +109,10 @@ pub struct DeviceSnapshot {
     /// The device counters (`uroce_provider::counters`), `(name, value)` in the order
     /// the writer listed them (a reader may meet names it does not know).
     pub counters: Vec<(String, u64)>,
+    /// The counts of the device's driver (its engine and sockets: passes, wake-ups,
+    /// `sendmmsg` batches, GSO and GRO; [`p::backend::Driver::stats`]), as `counters`;
+    /// empty without a driver.
+    pub driver: Vec<(String, u64)>,
     /// The device's live QPs, in QPN order.
     pub qps: Vec<QpSnapshot>,
 }
@@ -155,11 +165,19 @@ impl Snapshot {
     /// alive, each with its counters and live QPs.
     pub fn current() -> Snapshot {
         // Copy the devices out first: no lock of the registry is held while a QP is queried.
-        let devs: Vec<(Arc<p::device::Device>, &'static str)> = {
+        type Live = (
+            Arc<p::device::Device>,
+            &'static str,
+            Option<Arc<dyn Driver>>,
+        );
+        let devs: Vec<Live> = {
             let mut reg = REGISTRY.lock();
-            reg.retain(|(d, _)| d.strong_count() > 0);
+            reg.retain(|e| e.dev.strong_count() > 0);
             reg.iter()
-                .filter_map(|(d, b)| Some((d.upgrade()?, *b)))
+                .filter_map(|e| {
+                    let driver = e.driver.as_ref().and_then(Weak::upgrade);
+                    Some((e.dev.upgrade()?, e.backend, driver))
+                })
                 .collect()
         };
         Snapshot {
@@ -167,7 +185,10 @@ impl Snapshot {
             name: std::fs::read_to_string("/proc/self/comm")
                 .map(|s| s.trim_end().to_string())
                 .unwrap_or_default(),
-            devices: devs.iter().map(|(d, b)| device_snapshot(d, b)).collect(),
+            devices: devs
+                .iter()
+                .map(|(d, b, driver)| device_snapshot(d, b, driver.as_deref()))
+                .collect(),
         }
     }
 
@@ -188,6 +209,9 @@ impl Snapshot {
                 d.name, d.backend, d.addr, d.gid, d.mtu
             );
             counters(&mut s, &d.counters);
+            for (name, v) in &d.driver {
+                let _ = writeln!(s, "driver {name} {v}");
+            }
             for q in &d.qps {
                 let _ = write!(
                     s,
@@ -257,6 +281,7 @@ impl Snapshot {
                             .map_err(|_| bad(format!("gid={gid}")))?,
                         mtu: get("mtu")?.parse().map_err(|_| bad("mtu=".into()))?,
                         counters: Vec::new(),
+                        driver: Vec::new(),
                         qps: Vec::new(),
                     });
                     in_qp = false;
@@ -299,6 +324,17 @@ impl Snapshot {
                     };
                     to.push((name.to_string(), v));
                 }
+                "driver" => {
+                    let (name, v) = rest
+                        .split_once(' ')
+                        .and_then(|(k, v)| Some((k, v.parse::<u64>().ok()?)))
+                        .ok_or_else(|| bad(format!("driver {rest:?}")))?;
+                    snap.devices
+                        .last_mut()
+                        .ok_or_else(|| bad("a driver line before any device".into()))?
+                        .driver
+                        .push((name.to_string(), v));
+                }
                 _ => {}
             }
         }
@@ -319,7 +355,11 @@ fn hex(v: &str) -> Option<u32> {
     u32::from_str_radix(v.strip_prefix("0x")?, 16).ok()
 }
 
-fn device_snapshot(dev: &Arc<p::device::Device>, backend: &str) -> DeviceSnapshot {
+fn device_snapshot(
+    dev: &Arc<p::device::Device>,
+    backend: &str,
+    driver: Option<&dyn Driver>,
+) -> DeviceSnapshot {
     let cfg = dev.config();
     let named = |c: p::counters::Counters| c.iter().map(|(n, v)| (n.to_string(), v)).collect();
     DeviceSnapshot {
@@ -329,6 +369,12 @@ fn device_snapshot(dev: &Arc<p::device::Device>, backend: &str) -> DeviceSnapsho
         gid: p::device::Gid::from_ip(cfg.addr),
         mtu: cfg.port_mtu.bytes(),
         counters: named(dev.counters()),
+        driver: driver.map_or_else(Vec::new, |d| {
+            d.stats()
+                .into_iter()
+                .map(|(n, v)| (n.to_string(), v))
+                .collect()
+        }),
         qps: dev
             .qps()
             .iter()
@@ -350,18 +396,31 @@ fn device_snapshot(dev: &Arc<p::device::Device>, backend: &str) -> DeviceSnapsho
     }
 }
 
-/// The devices [`Snapshot::current`] lists, with the name of their backend.
-type Registry = Mutex<Vec<(Weak<p::device::Device>, &'static str)>>;
-static REGISTRY: Registry = Mutex::new(Vec::new());
+/// A device [`Snapshot::current`] lists, with the name of its backend and its driver.
+struct Entry {
+    dev: Weak<p::device::Device>,
+    backend: &'static str,
+    driver: Option<Weak<dyn Driver>>,
+}
+
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// Lists an opened device in the registry, and starts the control socket on the first
 /// call (unless [`CONTROL_ENV`] says not to). Failing to start it costs nothing but the
 /// view from outside: logged at DEBUG, never an error of the open.
-pub(crate) fn register(dev: &Arc<p::device::Device>, backend: &'static str) {
+pub(crate) fn register(
+    dev: &Arc<p::device::Device>,
+    backend: &'static str,
+    driver: Option<&Arc<dyn Driver>>,
+) {
     {
         let mut reg = REGISTRY.lock();
-        reg.retain(|(d, _)| d.strong_count() > 0);
-        reg.push((Arc::downgrade(dev), backend));
+        reg.retain(|e| e.dev.strong_count() > 0);
+        reg.push(Entry {
+            dev: Arc::downgrade(dev),
+            backend,
+            driver: driver.map(Arc::downgrade),
+        });
     }
     static START: Once = Once::new();
     START.call_once(|| {
@@ -448,6 +507,7 @@ mod tests {
                 gid: p::device::Gid::from_ip("127.0.0.1".parse().unwrap()),
                 mtu: 1024,
                 counters: vec![("packets_sent".into(), 7), ("icrc_drops".into(), 0)],
+                driver: vec![("engine_passes".into(), 40), ("udp_tx_gso_sends".into(), 3)],
                 qps: vec![
                     QpSnapshot {
                         qpn: 0xa1b2,
@@ -511,6 +571,7 @@ mod tests {
             ("qpn=0x00a1b2", "qpn=a1b2"),
             ("addr=127.0.0.1", "addr=localhost"),
             ("counter packets_sent 7", "counter packets_sent -1"),
+            ("driver engine_passes 40", "driver engine_passes many"),
             ("process pid=4242", "process id=4242"),
         ] {
             let t = good.replacen(from, to, 1);
@@ -519,11 +580,15 @@ mod tests {
                 "{from} -> {to}"
             );
         }
-        let orphan = "uroce-control 1\nqp qpn=0x1 type=RC state=RTS\nend\n";
-        assert!(matches!(
-            Snapshot::parse(orphan),
-            Err(ParseError::BadLine { line: 2, .. })
-        ));
+        for orphan in [
+            "uroce-control 1\nqp qpn=0x1 type=RC state=RTS\nend\n",
+            "uroce-control 1\ndriver engine_passes 1\nend\n",
+        ] {
+            assert!(matches!(
+                Snapshot::parse(orphan),
+                Err(ParseError::BadLine { line: 2, .. })
+            ));
+        }
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Device {
         let dev = opened.device;
         let async_fd = Arc::new(EventFd::new()?);
         dev.events().set_sink(Arc::new(FdSink(async_fd.clone())));
-        crate::control::register(&dev, backend.name());
+        crate::control::register(&dev, backend.name(), opened.driver.as_ref());
         Ok(Context {
             inner: Arc::new(ContextInner {
                 dev,

@@ -291,6 +291,13 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// lab's emulated guests cost about 200 µs each), and the caller's pass sends before
     /// it receives. Default: nothing.
     fn will_progress(&self) {}
+    /// The driver's own counts, named (the engine's passes, sleeps and wake-ups, its
+    /// sockets' batches, GSO and GRO: [`crate::engine::EngineStats::named`]), for
+    /// observers such as `uroce stat`; the device counts the RoCE events itself. Default:
+    /// none.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// A device just opened on a backend, with what drives it.
