@@ -155,6 +155,8 @@ pub(crate) struct Datapath {
     has_tap: std::sync::atomic::AtomicBool,
     /// CQs that overflowed since the last [`Datapath::settle_cq_errors`].
     cq_errors: Mutex<IdSet<u32>>,
+    /// `cq_errors` is not empty (set under its lock): spares the lock on every packet.
+    has_cq_errors: std::sync::atomic::AtomicBool,
     /// Packets of destroyed QPs still to send (their last ACKs, see [`Datapath::linger`]);
     /// `has_linger` spares the lock when there are none.
     linger: Mutex<VecDeque<(Transmit, Vec<u8>)>>,
@@ -282,7 +284,10 @@ impl Datapath {
     /// Notes that CQ `cq` lost a completion (it overflowed); called with a QP lock held,
     /// so the QPs are moved to ERR later, by [`Datapath::settle_cq_errors`].
     pub(crate) fn note_cq_error(&self, cq: u32) {
-        self.cq_errors.lock().insert(cq);
+        let mut e = self.cq_errors.lock();
+        e.insert(cq);
+        self.has_cq_errors
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// IBTA §11.6.3.3 (CQ error, an unaffiliated-with-QP catastrophic event for the CQ):
@@ -291,8 +296,13 @@ impl Datapath {
     /// lost). Called with no QP lock held, at the end of every datapath entry point and
     /// of the verbs that write completions.
     pub(crate) fn settle_cq_errors(&self) {
+        if !self.has_cq_errors.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let cqs = {
             let mut e = self.cq_errors.lock();
+            self.has_cq_errors
+                .store(false, std::sync::atomic::Ordering::Release);
             if e.is_empty() {
                 return;
             }
