@@ -90,8 +90,12 @@ pub struct DeviceConfig {
     /// of its own QP to send it with (one `sendmmsg` and one datagram arrival less per
     /// message in a ping-pong). IBTA vol. 1 §9.7.5.1.1 lets a responder coalesce ACKs: one
     /// ACK acknowledges every earlier PSN, and a newer ACK replaces a held one. Only a plain
-    /// ACK is held, and only while the QP has nothing else to send: NAKs, READ responses and
-    /// ATOMIC ACKNOWLEDGEs go at once and take a held ACK with them. The delay is at most
+    /// ACK is held, and only while the QP has nothing else to send: once its requester has
+    /// a packet, that packet leaves first and the ACK right after it (the peer's next
+    /// request does not wait behind the ACK); NAKs, READ responses and ATOMIC
+    /// ACKNOWLEDGEs go at once and take a held ACK with them. The UDP and raw backends
+    /// open a device with polled progress without a delay (no thread would send a held
+    /// ACK after the program's last call). The delay is at most
     /// 1/16 of the QP's own local ACK timeout (RC peers use the same `timeout` attribute,
     /// so the requester's timer is never at risk). `None` or `Some(Duration::ZERO)`: every
     /// ACK at once, the default for now: with 20 µs a loopback ping-pong makes half the
