@@ -296,7 +296,10 @@ impl Datapath {
     /// lost). Called with no QP lock held, at the end of every datapath entry point and
     /// of the verbs that write completions.
     pub(crate) fn settle_cq_errors(&self) {
-        if !self.has_cq_errors.load(std::sync::atomic::Ordering::Acquire) {
+        if !self
+            .has_cq_errors
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
             return;
         }
         let cqs = {

@@ -19,12 +19,16 @@ static int cmp(const void*a,const void*b){double x=*(double*)a,y=*(double*)b;ret
 static int spin;
 static ssize_t rmsg(int s,char*buf,struct sockaddr_in*f){ for(;;){ socklen_t fl=sizeof *f; ssize_t n=recvfrom(s,buf,2048,spin?MSG_DONTWAIT:0,(void*)f,&fl); if(n<0) continue; if(buf[0]==1) continue; return n; } }
 int main(int argc,char**argv){
+  if(argc<2 || (strcmp(argv[1],"server") ? argc!=7 : argc!=5)){
+    fprintf(stderr,"usage: %s server PORT spin|block ack|noack\n       %s client HOST PORT N spin|block ack|noack\n",argv[0],argv[0]);
+    return 2; }
   int srv=!strcmp(argv[1],"server");
   int s=socket(AF_INET,SOCK_DGRAM,0); struct sockaddr_in a={.sin_family=AF_INET}, f;
   char buf[2048], ack[8]={1};
   if(srv){ a.sin_port=htons(atoi(argv[2])); bind(s,(void*)&a,sizeof a); spin=!strcmp(argv[3],"spin"); int acks=!strcmp(argv[4],"ack");
     for(;;){ ssize_t n=rmsg(s,buf,&f); if(acks) sendto(s,ack,8,0,(void*)&f,sizeof f); sendto(s,buf,n,0,(void*)&f,sizeof f);} }
-  inet_pton(AF_INET,argv[2],&a.sin_addr); a.sin_port=htons(atoi(argv[3])); int N=atoi(argv[4]); spin=!strcmp(argv[5],"spin"); int acks=!strcmp(argv[6],"ack");
+  if(inet_pton(AF_INET,argv[2],&a.sin_addr)!=1 || atoi(argv[4])<=0){ fprintf(stderr,"bad HOST or N\n"); return 2; }
+  a.sin_port=htons(atoi(argv[3])); int N=atoi(argv[4]); spin=!strcmp(argv[5],"spin"); int acks=!strcmp(argv[6],"ack");
   double*t=malloc(N*sizeof(double)); memset(buf,0,64);
   for(int i=0;i<N;i++){ double t0=now(); sendto(s,buf,64,0,(void*)&a,sizeof a); rmsg(s,buf,&f); buf[0]=0; if(acks) sendto(s,ack,8,0,(void*)&a,sizeof a); t[i]=now()-t0;}
   qsort(t,N,sizeof(double),cmp); printf("round trip us: min %.1f median %.1f p90 %.1f\n",t[0],t[N/2],t[N*9/10]); return 0;}
