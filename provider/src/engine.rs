@@ -320,6 +320,7 @@ impl EngineStats {
                     ("udp_tx_gso_sends", u.tx_gso_sends),
                     ("udp_tx_gso_segments", u.tx_gso_segments),
                     ("udp_tx_gso_refused", u.tx_gso_refused),
+                    ("udp_tx_paged_sends", u.tx_paged_sends),
                 ]);
             }
             Some(r) => v.extend([

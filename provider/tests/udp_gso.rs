@@ -173,6 +173,146 @@ fn ipv4_never_uses_gso_but_asks_for_gro() {
     }
 }
 
+/// IPv4 packets of 1024 bytes and more leave alone with a `UDP_SEGMENT` message of their
+/// own length (paged sends): each arrives as the datagram sent, and with IPv4 ID 0, as
+/// every packet's ICRC verifies with ID 0 at the receiver (none is unverifiable).
+#[test]
+fn ipv4_full_packets_leave_as_paged_sends_with_id_0() {
+    let Some((x, y)) = two_devs("127.21.0.3", "127.21.0.4", &UdpConfig::default()) else {
+        panic!("IPv4 loopback devices must open");
+    };
+    write_and_send(&x, &y);
+    // x sent the 16 + 16 request packets (the last one 3096 bytes of payload), y their
+    // ACKs, which are short.
+    let (sx, sy) = (x.udp(), y.udp());
+    assert_eq!((sx.tx_paged_sends, sx.tx_datagrams), (32, 32), "{sx:?}");
+    assert_eq!((sx.tx_gso_refused, sx.tx_errors), (0, 0), "{sx:?}");
+    assert!(sy.tx_datagrams > 0 && sy.tx_paged_sends == 0, "{sy:?}");
+    for d in [&x, &y] {
+        let c = d.dev.counters();
+        assert_eq!((c.icrc_unverifiable, c.icrc_drops), (0, 0), "{c:?}");
+    }
+}
+
+/// With [`UdpConfig::paged_tx`] off, every IPv4 packet is a plain datagram.
+#[test]
+fn ipv4_without_paged_sends_sends_plain_datagrams() {
+    let cfg = UdpConfig {
+        paged_tx: false,
+        ..UdpConfig::default()
+    };
+    let Some((x, y)) = two_devs("127.21.0.5", "127.21.0.6", &cfg) else {
+        panic!("IPv4 loopback devices must open");
+    };
+    write_and_send(&x, &y);
+    let s = x.udp();
+    assert!(s.tx_datagrams >= 32, "{s:?}");
+    assert_eq!(s.tx_paged_sends, 0, "{s:?}");
+}
+
+/// A paged send of exactly the bytes queued: a plain receiver gets each 2000-byte packet
+/// as one datagram of 2000 bytes, in order; 1000-byte packets leave plain.
+#[test]
+fn a_paged_send_is_one_datagram_of_the_bytes_queued() {
+    let cfg = UdpConfig {
+        source_sockets: 0,
+        ..UdpConfig::default()
+    };
+    let mut tx = UdpSockets::open(ip("127.21.0.7"), &cfg).unwrap();
+    // Sends go to port 4791; a bounded wait, never a hang.
+    let rx = UdpSocket::bind("127.21.0.8:4791").unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let dst = rx.local_addr().unwrap();
+    let port = tx.local_addr().port();
+    let plan = [2000usize, 1000, 2000, 1024, 1023];
+    let mut i = 0;
+    let out = tx.send(8, |buf| {
+        let len = *plan.get(i)?;
+        buf[..len].copy_from_slice(&pattern(i, len));
+        i += 1;
+        Some(Transmit {
+            dst: dst.ip(),
+            src_port: port,
+            len,
+        })
+    });
+    assert_eq!((out.sent, out.blocked_on), (plan.len(), None));
+    let mut buf = vec![0u8; 65536];
+    for (k, &len) in plan.iter().enumerate() {
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(n, len, "datagram {k}");
+        assert!(buf[..n] == pattern(k, len)[..], "datagram {k} changed");
+    }
+    let s = tx.stats();
+    assert_eq!((s.tx_paged_sends, s.tx_datagrams), (3, 5), "{s:?}");
+}
+
+/// A socket on which the kernel refuses a paged send (here: zero UDP checksums on send,
+/// `SO_NO_CHECK`, which `UDP_SEGMENT` does not allow: `EINVAL`) sends plain datagrams
+/// from then on, counts the refusal once, and loses nothing.
+#[test]
+fn a_refused_paged_send_falls_back_to_plain_datagrams() {
+    let cfg = UdpConfig {
+        source_sockets: 0,
+        ..UdpConfig::default()
+    };
+    let mut tx = UdpSockets::open(ip("127.21.0.9"), &cfg).unwrap();
+    // Sends go to port 4791; a bounded wait, never a hang.
+    let rx = UdpSocket::bind("127.21.0.10:4791").unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let dst = rx.local_addr().unwrap();
+    let port = tx.local_addr().port();
+    let one: i32 = 1;
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            tx.rx_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            (&one as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+    let mut buf = vec![0u8; 65536];
+    for round in 0..2usize {
+        let mut i = 0usize;
+        let out = tx.send(8, |b| {
+            if i == 3 {
+                return None;
+            }
+            b[..2000].copy_from_slice(&pattern(round * 3 + i, 2000));
+            i += 1;
+            Some(Transmit {
+                dst: dst.ip(),
+                src_port: port,
+                len: 2000,
+            })
+        });
+        assert_eq!((out.sent, out.blocked_on), (3, None), "round {round}");
+        for k in 0..3 {
+            let n = rx.recv(&mut buf).unwrap();
+            assert!(
+                buf[..n] == pattern(round * 3 + k, 2000)[..],
+                "round {round}, datagram {k}"
+            );
+        }
+    }
+    let s = tx.stats();
+    assert_eq!(
+        (
+            s.tx_gso_refused,
+            s.tx_paged_sends,
+            s.tx_datagrams,
+            s.tx_errors
+        ),
+        (1, 0, 6, 0),
+        "{s:?}"
+    );
+}
+
 /// Sets the `SOL_UDP` option `name` of descriptor `fd` to `v`, or panics saying which.
 fn set_udp_option(fd: i32, name: i32, what: &str, v: i32) {
     // SAFETY: passes a pointer to a live c_int and its size.
@@ -408,10 +548,16 @@ fn gso_and_gro_settings_come_from_the_environment() {
     std::env::remove_var("UROCE_GRO");
     let c = UdpConfig::default().with_env().unwrap();
     assert_eq!(
-        (c.gso, c.gro),
-        (false, true),
-        "GSO off and GRO on by default"
+        (c.gso, c.gro, c.paged_tx),
+        (false, true, true),
+        "GSO off, GRO and paged sends on by default"
     );
+    std::env::set_var("UROCE_PAGED_TX", "0");
+    assert!(!UdpConfig::default().with_env().unwrap().paged_tx);
+    std::env::set_var("UROCE_PAGED_TX", "2");
+    let e = UdpConfig::default().with_env().unwrap_err();
+    assert!(e.to_string().contains("UROCE_PAGED_TX"), "{e}");
+    std::env::remove_var("UROCE_PAGED_TX");
 }
 
 /// A socket on which the kernel refuses GSO (here: zero UDP checksums on send, which

@@ -186,8 +186,8 @@ impl Device {
 /// default options but the progress mode, which `UROCE_PROGRESS` gives
 /// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
 /// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]),
-/// and its UDP GSO / GRO, which `UROCE_GSO=0` / `UROCE_GRO=0` turn off
-/// ([`p::backend::udp::UdpConfig::with_env`]). Any other value is a [`VerbsError::Backend`] that says what is allowed.
+/// and its UDP GSO, GRO and paged sends, which `UROCE_GSO=1` turns on and `UROCE_GRO=0` /
+/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]). Any other value is a [`VerbsError::Backend`] that says what is allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
     let engine = p::engine::EngineConfig {
