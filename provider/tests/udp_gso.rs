@@ -210,21 +210,28 @@ fn ipv4_without_paged_sends_sends_plain_datagrams() {
     assert_eq!(s.tx_paged_sends, 0, "{s:?}");
 }
 
-/// A paged send of exactly the bytes queued: a plain receiver gets each 2000-byte packet
-/// as one datagram of 2000 bytes, in order; 1000-byte packets leave plain.
-#[test]
-fn a_paged_send_is_one_datagram_of_the_bytes_queued() {
+/// Sockets of one device on `from` with no source sockets (sends leave from its port
+/// 4791), and a plain socket on `to`, port 4791, that a read waits on for at most 10 s.
+/// Returns them with the receiver's address and the sender's port.
+fn v4_sender_and_receiver(from: &str, to: &str) -> (UdpSockets, UdpSocket, SocketAddr, u16) {
     let cfg = UdpConfig {
         source_sockets: 0,
         ..UdpConfig::default()
     };
-    let mut tx = UdpSockets::open(ip("127.21.0.7"), &cfg).unwrap();
-    // Sends go to port 4791; a bounded wait, never a hang.
-    let rx = UdpSocket::bind("127.21.0.8:4791").unwrap();
+    let tx = UdpSockets::open(ip(from), &cfg).unwrap();
+    let rx = UdpSocket::bind(SocketAddr::new(ip(to), 4791)).unwrap();
     rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     let dst = rx.local_addr().unwrap();
     let port = tx.local_addr().port();
+    (tx, rx, dst, port)
+}
+
+/// A paged send of exactly the bytes queued: a plain receiver gets each 2000-byte packet
+/// as one datagram of 2000 bytes, in order; 1000-byte packets leave plain.
+#[test]
+fn a_paged_send_is_one_datagram_of_the_bytes_queued() {
+    let (mut tx, rx, dst, port) = v4_sender_and_receiver("127.21.0.7", "127.21.0.8");
     let plan = [2000usize, 1000, 2000, 1024, 1023];
     let mut i = 0;
     let out = tx.send(8, |buf| {
@@ -253,17 +260,7 @@ fn a_paged_send_is_one_datagram_of_the_bytes_queued() {
 /// from then on, counts the refusal once, and loses nothing.
 #[test]
 fn a_refused_paged_send_falls_back_to_plain_datagrams() {
-    let cfg = UdpConfig {
-        source_sockets: 0,
-        ..UdpConfig::default()
-    };
-    let mut tx = UdpSockets::open(ip("127.21.0.9"), &cfg).unwrap();
-    // Sends go to port 4791; a bounded wait, never a hang.
-    let rx = UdpSocket::bind("127.21.0.10:4791").unwrap();
-    rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let dst = rx.local_addr().unwrap();
-    let port = tx.local_addr().port();
+    let (mut tx, rx, dst, port) = v4_sender_and_receiver("127.21.0.9", "127.21.0.10");
     let one: i32 = 1;
     // SAFETY: passes a pointer to a live c_int and its size.
     let r = unsafe {
