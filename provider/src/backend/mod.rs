@@ -289,7 +289,8 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// polling application need not wake that thread for the work, since the caller's own
     /// pass sends it (on one CPU each such wake-up is a context switch and two in the
     /// lab's emulated guests cost about 200 µs each), and the caller's pass sends before
-    /// it receives. Default: nothing.
+    /// it receives, and does not receive once it sent: the caller's next poll does.
+    /// Default: nothing.
     fn will_progress(&self) {}
     /// The driver's own counts, named (the engine's passes, sleeps and wake-ups, its
     /// sockets' batches, GSO and GRO: [`crate::engine::EngineStats::named`]), for
