@@ -176,8 +176,9 @@ pub struct UdpConfig {
     pub paged_tx: bool,
 }
 
-/// Smallest datagram sent as a [`UdpConfig::paged_tx`] send: below it the linear buffer
-/// is small and zeroing it costs less than the page fragment's bookkeeping.
+/// Smallest datagram sent as a [`UdpConfig::paged_tx`] send. Measured in the lab's guests
+/// with `tests/lab/udp_blast.c` (3 alternating runs each): 1076-byte datagrams went out
+/// 6-18 % faster paged, 300-byte ones no faster (-19 % to +20 %).
 pub const PAGED_TX_MIN: usize = 1024;
 
 /// Most packets in one GSO send: the kernel's `UDP_MAX_SEGMENTS`.
