@@ -341,6 +341,207 @@ fn a_pass_after_a_post_sends_and_leaves_receiving_to_the_next() {
     }
 }
 
+/// A deadline no test outlives: a request in flight, as far as the engine can tell.
+fn in_flight() -> Option<Instant> {
+    Some(Instant::from_nanos(u64::MAX / 2))
+}
+
+/// Runs `calls` (which returns how many of A's events it expects) until every one of A's
+/// passes in it was this thread's: A's thread, checking up between the caller's calls,
+/// may send some itself, and while it is awake (for long on a loaded host) posts do not
+/// wait. Returns A's events of the last run; gives up after [`WAIT`].
+fn own_events(a: &Scripted, what: &str, calls: &dyn Fn() -> usize) -> Vec<u8> {
+    let end = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < end {
+        std::thread::yield_now();
+        a.events.lock().clear();
+        let want = calls();
+        let me = std::thread::current().id();
+        let ev = a.events.lock().clone();
+        if ev.iter().all(|&(t, _)| t == me) && ev.len() == want {
+            return ev.iter().map(|&(_, e)| e).collect();
+        }
+    }
+    panic!("{what}: A's passes were not all this thread's");
+}
+
+/// Shared progress: a post made while a request is in flight and the thread covers for
+/// the caller leaves its packets to the caller's next call, up to
+/// `EngineConfig::post_batch` posts (the post that makes the count sends them all, in one
+/// `sendmmsg`); the first post after a quiet spell (no timer running) sends at once, and
+/// `post_batch` 1 sends every post at once.
+#[test]
+fn posts_with_a_request_in_flight_leave_their_packets_to_the_next_call() {
+    use uroce_provider::backend::Driver;
+    for post_batch in [16u32, 1] {
+        let (a, ea) = {
+            let s = Arc::new(Scripted::default());
+            let sockets = UdpSockets::open(ip("127.11.3.5"), &UdpConfig::default()).unwrap();
+            let cfg = EngineConfig {
+                progress: Progress::Shared {
+                    idle_after: Duration::from_secs(3600),
+                },
+                post_batch,
+                ..EngineConfig::default()
+            };
+            let e = Engine::start(s.clone(), sockets, cfg).unwrap();
+            (s, e)
+        };
+        let (b, eb) = engine_on("127.11.3.6", UdpConfig::default(), Progress::Polled);
+        let pb = eb.local_addr();
+        let port = uroce_provider::qp_src_port(1);
+        let src_a = SocketAddr::new(ea.local_addr().ip(), port);
+        Driver::progress(&ea);
+        wait_until("A's thread to cover for the caller", || {
+            ea.stats().covers > 0
+        });
+        let post = || {
+            ea.will_progress();
+            a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+            Driver::progress(&ea);
+        };
+        // Nothing in flight: the post's packet leaves in its own pass.
+        *a.timer.lock() = None;
+        let ev = own_events(&a, "a quiet post", &|| {
+            post();
+            1
+        });
+        assert_eq!(ev, b"s", "post_batch {post_batch}");
+        *a.timer.lock() = in_flight();
+        if post_batch == 1 {
+            let ev = own_events(&a, "posts", &|| {
+                for _ in 0..3 {
+                    post();
+                }
+                3
+            });
+            assert_eq!(ev, b"sss");
+            assert_eq!(ea.stats().deferred_posts, 0);
+            wait_until("B to receive them", || {
+                eb.progress();
+                b.got.lock().len() >= 4
+            });
+            continue;
+        }
+        // 15 posts wait; the 16th sends all 16 in one batch.
+        let counts = std::cell::Cell::new((0, 0));
+        let ev = own_events(&a, "a batch of posts", &|| {
+            let before = ea.stats();
+            for i in 0..15 {
+                post();
+                if !a.events.lock().is_empty() {
+                    return i + 1 + 100; // A's thread sent them: run again
+                }
+            }
+            post();
+            let after = ea.stats();
+            counts.set((
+                after.deferred_posts - before.deferred_posts,
+                after.udp.tx_batches - before.udp.tx_batches,
+            ));
+            16
+        });
+        assert_eq!(ev, vec![b's'; 16]);
+        assert_eq!(counts.get(), (15, 1), "15 posts waited, one sendmmsg");
+        // A post that waits, then the caller's poll: it leaves there.
+        let ev = own_events(&a, "a post, then a poll", &|| {
+            post();
+            if !a.events.lock().is_empty() {
+                return 100;
+            }
+            Driver::progress(&ea);
+            1
+        });
+        assert_eq!(ev, b"s");
+        wait_until("B to receive them", || {
+            eb.progress();
+            b.got.lock().len() >= 18
+        });
+    }
+}
+
+/// What a post left waiting leaves without another call of the application: A's thread
+/// sends it when it next checks up (within `idle_after`).
+#[test]
+fn packets_a_post_left_waiting_leave_without_another_call() {
+    use uroce_provider::backend::Driver;
+    let (a, ea) = engine_on(
+        "127.11.3.7",
+        UdpConfig::default(),
+        Progress::Shared {
+            idle_after: Duration::from_millis(20),
+        },
+    );
+    let (b, eb) = engine_on("127.11.3.8", UdpConfig::default(), Progress::Polled);
+    let pb = eb.local_addr();
+    let port = uroce_provider::qp_src_port(1);
+    let src_a = SocketAddr::new(ea.local_addr().ip(), port);
+    *a.timer.lock() = in_flight();
+    let mut sent = 0;
+    for round in 0..100 {
+        Driver::progress(&ea);
+        wait_until("A's thread to cover for the caller", || {
+            ea.stats().covers > round
+        });
+        let before = ea.stats().deferred_posts;
+        ea.will_progress();
+        a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+        Driver::progress(&ea);
+        sent += 1;
+        if ea.stats().deferred_posts > before {
+            break;
+        }
+    }
+    assert!(ea.stats().deferred_posts > 0, "a post waited");
+    wait_until("B to receive every packet, A's caller gone", || {
+        eb.progress();
+        b.got.lock().len() == sent
+    });
+}
+
+/// A post's pass that sent, and finds a timer due, receives before it fires the timer:
+/// the ACKs that would stop a retransmit timer may be waiting in the socket.
+#[test]
+fn a_posts_pass_receives_before_it_fires_a_due_timer() {
+    use uroce_provider::backend::Driver;
+    let (a, ea) = engine_on("127.11.3.9", UdpConfig::default(), Progress::Polled);
+    let (b, eb) = engine_on("127.11.3.10", UdpConfig::default(), Progress::Polled);
+    let (pa, pb) = (ea.local_addr(), eb.local_addr());
+    let port = uroce_provider::qp_src_port(1);
+    let (src_a, src_b) = (
+        SocketAddr::new(pa.ip(), port),
+        SocketAddr::new(pb.ip(), port),
+    );
+    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+    assert!(eb.progress());
+    *a.timer.lock() = Some(Instant::from_nanos(1));
+    ea.will_progress();
+    a.queue(pb.ip(), port, roce_packet(src_a, pb, 5, 16, 0));
+    Driver::progress(&ea);
+    assert_eq!(a.fired.lock().len(), 1, "the timer fired");
+    assert_eq!(a.got.lock().len(), 1, "in a pass that received first");
+    let ev: Vec<u8> = a.events.lock().iter().map(|&(_, e)| e).collect();
+    assert_eq!(ev, b"sr");
+}
+
+#[test]
+fn the_batch_of_posts_comes_from_the_environment() {
+    // Only this test touches the variable in this binary.
+    assert_eq!(
+        EngineConfig::default().post_batch,
+        uroce_provider::engine::DEFAULT_POST_BATCH
+    );
+    std::env::set_var("UROCE_POST_BATCH", "1");
+    assert_eq!(EngineConfig::default().with_env().unwrap().post_batch, 1);
+    std::env::set_var("UROCE_POST_BATCH", "many");
+    let e = EngineConfig::default().with_env().unwrap_err();
+    assert!(e.to_string().contains("UROCE_POST_BATCH"), "{e}");
+    std::env::set_var("UROCE_POST_BATCH", "1025");
+    assert!(EngineConfig::default().with_env().is_err());
+    std::env::remove_var("UROCE_POST_BATCH");
+    assert_eq!(EngineConfig::default().with_env().unwrap().post_batch, 16);
+}
+
 #[test]
 fn engine_shutdown_with_traffic_in_flight_does_not_hang() {
     for round in 0..5u8 {

@@ -308,7 +308,9 @@ pub fn open_with(dev: &Device, pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Res
                 Some(p) => p,
                 None => progress_from_env().map_err(|e| e.to_string())?,
             },
-            ..Default::default()
+            ..uroce_provider::engine::EngineConfig::default()
+                .with_env()
+                .map_err(|e| e.to_string())?
         };
         let backend = match io.backend {
             Some(b) => b,

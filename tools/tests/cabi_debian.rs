@@ -655,6 +655,12 @@ fn every_imported_name_is_exported() {
                 .collect()
         })
         .unwrap_or_default();
+    if users.is_empty() {
+        // librdmacm1 alone comes with other packages (QEMU's, libfabric's): its few
+        // imports would not say whether the programs load.
+        skip(test, "no Debian rdma-core programs installed (apt-get install ibverbs-utils perftest ibverbs-providers)");
+        return;
+    }
     for l in [
         "libmlx5.so.1",
         "libmlx4.so.1",
@@ -665,10 +671,6 @@ fn every_imported_name_is_exported() {
         if p.is_file() {
             users.push(p);
         }
-    }
-    if users.is_empty() {
-        skip(test, "no Debian rdma-core binaries installed (apt-get install ibverbs-utils perftest ibverbs-providers)");
-        return;
     }
     users.sort();
     let mut missing = Vec::new();

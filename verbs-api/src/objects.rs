@@ -187,7 +187,9 @@ impl Device {
 /// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
 /// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]),
 /// and its UDP GSO, GRO and paged sends, which `UROCE_GSO=1` turns on and `UROCE_GRO=0` /
-/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]). Any other value is a [`VerbsError::Backend`] that says what is allowed.
+/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]), and the engine's
+/// batch of posts, which `UROCE_POST_BATCH` sets ([`p::engine::EngineConfig::with_env`]). Any
+/// other value is a [`VerbsError::Backend`] that says what is allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
     let v = std::env::var("UROCE_BACKEND").unwrap_or_default();
     let engine = p::engine::EngineConfig {
@@ -196,7 +198,7 @@ pub fn backend_from_env() -> Result<Box<dyn Backend>> {
             .unwrap_or_default()
             .parse()
             .map_err(p::backend::BackendError::Config)?,
-        ..Default::default()
+        ..p::engine::EngineConfig::default().with_env()?
     };
     match v.trim().to_ascii_lowercase().as_str() {
         "" | "udp" => Ok(Box::new(p::backend::udp::UdpBackend {
