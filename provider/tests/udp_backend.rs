@@ -1248,6 +1248,44 @@ fn a_timer_a_callers_pass_sets_fires_without_another_call() {
     }
 }
 
+/// `Progress::Shared`: a caller that polled for a while (the covering thread's period has
+/// doubled to a large part of a second), then makes one more call and goes on to poll
+/// memory, as `ib_write_lat` does after its send CQ gave the completion: a timer its last
+/// pass left fires without another call, by the thread, not before its deadline, and a
+/// datagram that arrives then is received by the thread.
+#[test]
+fn a_covering_thread_checks_up_on_a_caller_that_stopped_calling() {
+    use uroce_provider::backend::Driver;
+    let (a, ea, b, _eb, port, _, src_b) = covering_pair("127.11.10.12", "127.11.10.13");
+    let pa = ea.local_addr();
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(1) {
+        Driver::progress(&ea);
+        std::thread::yield_now();
+    }
+    let covers = ea.stats().covers;
+    assert!(
+        covers > 5,
+        "the thread covered {covers} times while the caller polled"
+    );
+    let due = ea.now() + Duration::from_millis(1);
+    *a.timer.lock() = Some(due);
+    Driver::progress(&ea);
+    b.queue(pa.ip(), port, roce_packet(src_b, pa, 5, 16, 0));
+    wait_until("A's timer to fire with no call", || {
+        !a.fired.lock().is_empty()
+    });
+    let (d, at) = a.fired.lock()[0];
+    assert_eq!(d, due);
+    assert!(at >= due, "not before its deadline");
+    a.wait_for(1);
+    let me = std::thread::current().id();
+    assert!(
+        a.events.lock().iter().any(|&(t, e)| e == b'r' && t != me),
+        "the datagram was received by the thread"
+    );
+}
+
 /// `Progress::default()`'s covering thread checks up on a polling application every 1 ms
 /// on two or more CPUs and every 16 ms on one, where each check-up preempts it.
 #[test]

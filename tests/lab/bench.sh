@@ -10,10 +10,15 @@
 # are noisy) and the table gives the median and the range of each figure with the ratio of
 # the medians.
 #
-#   tests/lab/bench.sh [PATTERN]     only the workloads whose name matches (grep -E)
+# Each uroce round also measures the guests' own UDP floor (plain UDP, no RDMA: the bound of
+# any userspace stack over UDP there) and a second table sets it beside rxe.
+#
+#   tests/lab/bench.sh [PATTERN]     only the workloads whose name matches (grep -E; "floor":
+#                                    the UDP floor)
 #
 # Environment: RUNS, RXELAB_DIR, OUTDIR (default target/lab-bench), UROCE_BIN_DIR (default
-# target/release: the uroce binary and, if built, uroce-lib/).
+# target/release: the uroce binary and, if built, uroce-lib/), UROCE_ENV (NAME=VALUE words
+# set for uroce's side in the guests, e.g. UROCE_ENV="UROCE_ACK_DELAY_US=300" for an A/B run).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 LAB=${RXELAB_DIR:-$ROOT/../shared/rxe-lab}
@@ -22,6 +27,7 @@ BIN=${UROCE_BIN_DIR:-$ROOT/target/release}
 OUTDIR=${OUTDIR:-$ROOT/target/lab-bench}
 RUNS=${RUNS:-2}
 PATTERN=${1:-}
+UROCE_ENV=${UROCE_ENV:-}
 [ -x "$BIN/uroce" ] || { echo "lab-bench: $BIN/uroce missing (cargo build --release --bin uroce)" >&2; exit 1; }
 mkdir -p "$OUTDIR"
 SHARE=$OUTDIR/share
@@ -29,6 +35,16 @@ rm -rf "$SHARE"; mkdir -p "$SHARE"
 cp "$BIN/uroce" "$SHARE/"
 [ -d "$BIN/uroce-lib" ] && cp -r "$BIN/uroce-lib" "$SHARE/"
 CABI=0; [ -e "$SHARE/uroce-lib/libibverbs.so.1" ] && CABI=1
+# The guests' own UDP floor (no RDMA): tests/lab/udp_pingpong.c and udp_blast.c, built here
+# and run in the guests without rxe; skipped without a C compiler.
+FLOOR=0
+if command -v cc >/dev/null &&
+    cc -O2 -static -o "$SHARE/udp_pingpong" "$ROOT/tests/lab/udp_pingpong.c" 2>/dev/null &&
+    cc -O2 -static -o "$SHARE/udp_blast" "$ROOT/tests/lab/udp_blast.c" 2>/dev/null; then
+    FLOOR=1
+else
+    echo "lab-bench: no C compiler (cc): the guests' UDP floor is not measured" >&2
+fi
 
 gsh() { bash "$LAB/guest.sh" "$@"; }
 trap 'bash "$LAB/down.sh" >/dev/null 2>&1' EXIT
@@ -71,16 +87,48 @@ pair() {
     printf '  %-14s %-16s %s\n' "$stack" "$name" "${v:-failed (see $out.*.txt)}" >&2
 }
 
+# The floor: what plain UDP between the same two guests delivers, the bound of any
+# userspace stack over UDP there. udp_pingpong: 64-byte messages, busy-polled, each answered
+# with an 8-byte ACK datagram first, as an RC responder does; half its median round trip is
+# in perftest's terms for send_lat and write_lat (they print half the round trip). The
+# same blocking, without ACKs, whole round trip: read_lat's shape (the responder's side
+# sleeps). udp_blast: sendmmsg of 16 datagrams of a 64 KiB WRITE's packets (4136 bytes at
+# MTU 4096) and of a 64 B WRITE's (96 bytes), as MB/s of RDMA payload (4096 and 64 of them).
+floor_run() {
+    local name=$1 scmd=$2 ccmd=$3 out=$OUTDIR/udp-$1-r$R v
+    gsh 1 "$scmd > /tmp/floor.txt 2>&1 &" >/dev/null 2>&1
+    sleep 1
+    gsh 2 "timeout 60 $ccmd" > "$out.client.txt" 2>&1
+    gsh 1 "sleep 1; cat /tmp/floor.txt; killall -q udp_pingpong udp_blast 2>/dev/null; true" > "$out.server.txt" 2>&1
+    case $name in
+        rt-busy-ack) v=$(awk '/round trip us/ { printf "%.1f", $7 / 2 }' "$out.client.txt") ;;
+        rt-block) v=$(awk '/round trip us/ { print $7 }' "$out.client.txt") ;;
+        blast-4136) v=$(awk '/^recv/ { printf "%.2f", $2 * 4096 / 4136 }' "$out.server.txt") ;;
+        blast-96) v=$(awk '/^recv/ { printf "%.2f", $2 * 64 / 96 }' "$out.server.txt") ;;
+    esac
+    echo "udp $name ${v:--}" >> "$OUTDIR/figures.txt"
+    printf '  %-14s %-16s %s\n' udp "$name" "${v:-failed (see $out.*.txt)}" >&2
+}
+run_floor() {
+    [ $FLOOR = 1 ] || return 0
+    [ -n "$PATTERN" ] && ! echo "floor" | grep -Eq -- "$PATTERN" && return 0
+    local P=/mnt/host
+    floor_run rt-busy-ack "timeout 90 $P/udp_pingpong server 18600 spin ack" "$P/udp_pingpong client 10.99.0.11 18600 2000 spin ack"
+    floor_run rt-block "timeout 90 $P/udp_pingpong server 18601 block noack" "$P/udp_pingpong client 10.99.0.11 18601 2000 block noack"
+    floor_run blast-4136 "timeout 30 $P/udp_blast recv 18602 5 nogro" "$P/udp_blast send 10.99.0.11 18602 6 4136 16 0"
+    floor_run blast-96 "timeout 30 $P/udp_blast recv 18603 5 nogro" "$P/udp_blast send 10.99.0.11 18603 6 96 16 0"
+}
+
 run_workloads() {
     local stack=$1 line name unit test args
     while IFS='|' read -r name unit test args; do
         [ -n "$name" ] || continue
         [ -n "$PATTERN" ] && ! echo "$name" | grep -Eq -- "$PATTERN" && continue
         case $stack in
-            uroce-perf) pair $stack $name $unit "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.11 $args" \
-                             "/mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
-            uroce-ib) pair $stack $name $unit "env UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
-                           "env UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
+            uroce-perf) pair $stack $name $unit "env $UROCE_ENV /mnt/host/uroce perf ${test//_/-} --ip 10.99.0.11 $args" \
+                             "env $UROCE_ENV /mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
+            uroce-ib) pair $stack $name $unit "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
+                           "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
             rxe) pair $stack $name $unit "ib_$test -d rxe0 -x 1 -F $args" \
                       "ib_$test -d rxe0 -x 1 -F $args" ;;
         esac
@@ -94,6 +142,7 @@ for R in $(seq 1 "$RUNS"); do
     echo "lab-bench: round $R of $RUNS: uroce in two guests without rxe" >&2
     bash "$LAB/down.sh" >/dev/null 2>&1
     RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+    run_floor
     run_workloads uroce-perf
     [ $CABI = 1 ] && run_workloads uroce-ib
     echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
@@ -133,5 +182,22 @@ for w in workloads.strip().splitlines():
         row.append(f"{statistics.median(u) / statistics.median(r):.2f}x" if u and r else "-")
     if any(c != "failed" for c in row[2:2 + len(stacks)]):
         print("| " + " | ".join(row) + " |")
+# The floor beside rxe: the best ratio to rxe that any stack over the guests' UDP could show.
+floors = [("rt-busy-ack", "send_lat-8 write_lat-8", "usec, half the round trip", "busy-polled UDP with ACK datagrams"),
+          ("rt-block", "read_lat-8", "usec, whole round trip", "blocking UDP, no ACKs"),
+          ("blast-4136", "write_bw-64K read_bw-64K send_bw-64K", "MB/s", "sendmmsg of 16 x 4136 B"),
+          ("blast-96", "write_bw-64 read_bw-64 send_bw-64", "MB/s", "sendmmsg of 16 x 96 B")]
+if any(vals.get(("udp", f[0])) for f in floors):
+    print()
+    print("| UDP floor | unit | floor | bounds | rxe | floor / rxe |")
+    print("|---|---|---|---|---|---|")
+    for name, bounds, unit, what in floors:
+        f = vals.get(("udp", name))
+        if not f:
+            continue
+        ws = [w for w in bounds.split() if vals.get(("rxe", w))]
+        rx = ", ".join(f"{statistics.median(vals[('rxe', w)]):.2f}" for w in ws)
+        ratio = ", ".join(f"{statistics.median(f) / statistics.median(vals[('rxe', w)]):.2f}x" for w in ws)
+        print(f"| {name} ({what}) | {unit} | {cell(f)} | {', '.join(bounds.split())} | {rx or '-'} | {ratio or '-'} |")
 EOF
 echo "lab-bench: $(( $(date +%s) - T0 )) s, $RUNS round(s); per-run output in $OUTDIR" >&2
