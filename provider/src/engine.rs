@@ -748,6 +748,12 @@ impl Driver for Engine {
         }
     }
 
+    fn source_port(&self, port: u16) {
+        if let Link::Udp(u) = &mut self.shared.io.lock().link {
+            u.prepare_source(port);
+        }
+    }
+
     fn is_threaded(&self) -> bool {
         self.thread.is_some()
     }

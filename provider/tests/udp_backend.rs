@@ -154,6 +154,38 @@ fn thread() -> Progress {
     }
 }
 
+/// `Driver::source_port` (the verbs layer calls it when it creates a QP) binds the QP's
+/// source socket before any packet, once per port, so the QP's first packet leaves from
+/// it without a `socket` and `bind` on its path; a port past the limit stays unbound.
+#[test]
+fn a_qps_source_socket_is_bound_when_the_qp_is_created() {
+    use uroce_provider::backend::Driver;
+    let cfg = UdpConfig {
+        source_sockets: 1,
+        ..UdpConfig::default()
+    };
+    let (a, ea) = engine_on("127.11.0.3", cfg, thread());
+    let (b, eb) = engine_on("127.11.0.4", UdpConfig::default(), thread());
+    let pb = eb.local_addr();
+    let port = uroce_provider::qp_src_port(0x56);
+    assert_eq!(ea.stats().udp.source_sockets, 0);
+    Driver::source_port(&ea, port);
+    assert_eq!(ea.stats().udp.source_sockets, 1, "bound before any packet");
+    Driver::source_port(&ea, port);
+    Driver::source_port(&ea, uroce_provider::qp_src_port(0x57));
+    assert_eq!(
+        ea.stats().udp.source_sockets,
+        1,
+        "once per port, up to the limit"
+    );
+    let src = SocketAddr::new(ea.local_addr().ip(), port);
+    a.queue(pb.ip(), port, roce_packet(src, pb, 0x99, 64, 0));
+    let got = b.wait_for(1);
+    assert_eq!(got[0].0, src, "the first packet leaves from the bound port");
+    assert_eq!(got[0].2, RxIcrc::Verified(IcrcVerdict::Ok));
+    assert_eq!(ea.stats().udp.icrc_rewrites, 0);
+}
+
 #[test]
 fn two_engines_exchange_datagrams_from_per_qp_source_ports() {
     let (a, ea) = engine_on("127.11.0.1", UdpConfig::default(), thread());

@@ -555,6 +555,9 @@ impl Pd {
                 sq_sig_all: init.sq_sig_all,
             },
         )?;
+        if let Some(d) = &self.driver {
+            d.source_port(p::qp_src_port(qp.qpn()));
+        }
         Ok(Qp {
             inner: qp,
             driver: self.driver.clone(),

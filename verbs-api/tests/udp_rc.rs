@@ -224,6 +224,13 @@ fn send_write_read(a: &End, b: &End) {
 fn rc_send_write_read_over_loopback_udp() {
     let (a, b) = pair("127.13.0.1", "127.13.0.2", &UdpBackend::default());
     assert_eq!(a.ctx.backend(), "udp");
+    // Each QP's source socket is bound when the QP is created, before its first packet
+    // (`Driver::source_port`).
+    for e in [&a, &b] {
+        let stats = e.ctx.driver().unwrap().stats();
+        let n = stats.iter().find(|(k, _)| *k == "udp_source_sockets");
+        assert_eq!(n, Some(&("udp_source_sockets", 1)), "{stats:?}");
+    }
     assert!(a.ctx.driver().unwrap().is_threaded());
     send_write_read(&a, &b);
 }

@@ -24,9 +24,10 @@
 //! the port in [`Transmit::src_port`] (rxe's per-QP `0xC000 | hash(QPN)`, ECMP entropy).
 //! A socket bound to 4791 can only send from 4791, so the packet must leave from a socket
 //! bound to that port, or have its ICRC recomputed for the port it leaves from. This
-//! backend does the first for up to [`UdpConfig::source_sockets`] distinct ports: the first
-//! packet from a port binds a **source socket** to `(address, port)` (one `bind` per QP
-//! port, then never again), so the wire looks exactly like rxe's. Ports beyond that
+//! backend does the first for up to [`UdpConfig::source_sockets`] distinct ports: a QP's
+//! creation ([`Driver::source_port`](super::Driver::source_port), from the verbs layer)
+//! or else the first packet from a port binds a **source socket** to `(address, port)`
+//! (one `bind` per QP port, then never again), so the wire looks exactly like rxe's. Ports beyond that
 //! number, or ports another program holds (`0xC000..=0xFFFF` overlaps Linux's ephemeral
 //! range), leave from the 4791 socket with their ICRC recomputed for source port 4791
 //! (counted in [`UdpStats::icrc_rewrites`]). With `source_sockets = 0` every packet does.
@@ -1294,6 +1295,14 @@ impl UdpSockets {
         tx.dst[i] = t.dst;
         tx.namelens[i] = std_to_storage(SocketAddr::new(t.dst, ROCEV2_PORT), &mut tx.names[i]);
         tx.filled += 1;
+    }
+
+    /// Binds the source socket for `port` now rather than at the first packet from it
+    /// (see [`Driver::source_port`](super::Driver::source_port)); nothing when it exists,
+    /// when [`UdpConfig::source_sockets`] are all taken, or when the port is not free
+    /// (then that port's packets leave from 4791, as they would have).
+    pub fn prepare_source(&mut self, port: u16) {
+        self.source_socket(port);
     }
 
     /// The socket for source port `port`: `k` for `sources[k]`, `NO_SOCKET` for main.
