@@ -27,12 +27,13 @@
 //! backend does the first for up to [`UdpConfig::source_sockets`] distinct ports: a QP's
 //! creation ([`Driver::source_port`](super::Driver::source_port), from the verbs layer)
 //! or else the first packet from a port binds a **source socket** to `(address, port)`
-//! (one `bind` per QP port, then never again), so the wire looks exactly like rxe's. Ports beyond that
-//! number, or ports another program holds (`0xC000..=0xFFFF` overlaps Linux's ephemeral
-//! range), leave from the 4791 socket with their ICRC recomputed for source port 4791
-//! (counted in [`UdpStats::icrc_rewrites`]). With `source_sockets = 0` every packet does.
-//! The cost of each choice, measured by `cargo bench -p uroce-provider --bench udp`
-//! (2-CPU VM, loopback, 4132-byte datagrams, 16 per `sendmmsg` = 64 KiB): one socket
+//! (one `bind` per QP port, then never again), so the wire looks exactly like rxe's.
+//! Ports beyond that number, or ports another program holds (`0xC000..=0xFFFF` overlaps
+//! Linux's ephemeral range), leave from the 4791 socket with their ICRC recomputed for
+//! source port 4791 (counted in [`UdpStats::icrc_rewrites`]). With `source_sockets = 0`
+//! every packet does. The cost of each choice, measured by
+//! `cargo bench -p uroce-provider --bench udp` (2-CPU VM, loopback, 4132-byte datagrams,
+//! 16 per `sendmmsg` = 64 KiB): one socket
 //! 148-179 k datagrams/s (4.9-5.9 Gbit/s); 4 QP ports on 4 source sockets (each batch
 //! split into 4 calls) 108-166 k/s; 4 QP ports from 4791 with the ICRC rewritten
 //! 96-175 k/s; the run-to-run noise (other builds on the machine) is larger than any
