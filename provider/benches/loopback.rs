@@ -30,7 +30,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uroce_provider::backend::udp::{UdpBackend, UdpConfig, UdpSockets};
+use uroce_provider::backend::udp::{Gso, UdpBackend, UdpConfig, UdpSockets};
 use uroce_provider::backend::{Backend, Detached, Driver};
 use uroce_provider::cq::CompletionQueue;
 use uroce_provider::device::{Device, DeviceConfig};
@@ -677,7 +677,7 @@ fn main() {
     // GSO / GRO off (the backend before them), and IPv6 both ways when the host has two
     // IPv6 addresses (::1 and fd00::2 in the test VM).
     let off = UdpConfig {
-        gso: false,
+        gso: Gso::Off,
         gro: false,
         ..UdpConfig::default()
     };
@@ -697,7 +697,7 @@ fn main() {
                     v6[1],
                     1,
                     UdpConfig {
-                        gso: true,
+                        gso: Gso::On,
                         ..UdpConfig::default()
                     },
                 )

@@ -1,4 +1,5 @@
-//! UDP GSO on send (IPv6 only) and UDP GRO on receive, over real loopback sockets.
+//! UDP GSO on send (IPv6, and IPv4 with each segment's ICRC set for its ID) and UDP GRO on
+//! receive, over real loopback sockets.
 //!
 //! IPv6 tests use the host's two local IPv6 addresses, `::1` and `fd00::2` (both reach
 //! each other through `lo`), and take [`V6`] so that only one of them holds port 4791 at
@@ -11,13 +12,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use support::*;
-use uroce_provider::backend::udp::{UdpConfig, UdpSockets, UdpStats};
+use uroce_provider::backend::udp::{Gso, UdpConfig, UdpSockets, UdpStats};
 use uroce_provider::device::{Device, DeviceConfig};
 use uroce_provider::engine::Engine;
 use uroce_provider::limits::DeviceLimits;
 use uroce_provider::wr::{RecvWr, SendOp, SendWr};
 use uroce_provider::Transmit;
-use uroce_wire::Mtu;
+use uroce_wire::{IcrcIpFacts, IcrcVerdict, InvariantHeaders, Ipv4IdentIcrc, Mtu};
 
 /// The two IPv6 addresses of this host's test network.
 const V6_A: &str = "::1";
@@ -116,7 +117,7 @@ fn rc_over_ipv6_leaves_in_gso_sends_and_arrives_through_gro() {
         V6_A,
         V6_B,
         &UdpConfig {
-            gso: true,
+            gso: Gso::On,
             ..UdpConfig::default()
         },
     ) else {
@@ -142,7 +143,7 @@ fn rc_over_ipv6_leaves_in_gso_sends_and_arrives_through_gro() {
 fn rc_over_ipv6_with_gso_and_gro_off_sends_datagram_by_datagram() {
     let _v6 = v6_lock();
     let off = UdpConfig {
-        gso: false,
+        gso: Gso::Off,
         gro: false,
         ..UdpConfig::default()
     };
@@ -160,8 +161,10 @@ fn rc_over_ipv6_with_gso_and_gro_off_sends_datagram_by_datagram() {
     }
 }
 
+/// By default ([`Gso::Auto`]) a device on `lo` sends no GSO runs: a packet socket on the
+/// host would see the unsegmented frame.
 #[test]
-fn ipv4_never_uses_gso_but_asks_for_gro() {
+fn ipv4_on_loopback_sends_no_gso_by_default_but_asks_for_gro() {
     let Some((x, y)) = two_devs("127.21.0.1", "127.21.0.2", &UdpConfig::default()) else {
         panic!("IPv4 loopback devices must open");
     };
@@ -170,6 +173,30 @@ fn ipv4_never_uses_gso_but_asks_for_gro() {
         assert!(s.tx_datagrams > 0);
         assert_eq!((s.tx_gso_sends, s.tx_gso_segments), (0, 0), "{s:?}");
         assert_eq!(s.rx_gro_refused, 0, "this kernel takes UDP_GRO: {s:?}");
+    }
+}
+
+/// RC over IPv4 with GSO on: full packets leave in runs, and every packet verifies at
+/// the receiver (none is unverifiable or dropped), which checks the ICRC with ID 0 and
+/// finds the ID of each later segment from the difference.
+#[test]
+fn rc_over_ipv4_with_gso_leaves_in_runs_whose_segments_verify() {
+    let cfg = UdpConfig {
+        gso: Gso::On,
+        ..UdpConfig::default()
+    };
+    let Some((x, y)) = two_devs("127.21.0.13", "127.21.0.14", &cfg) else {
+        panic!("IPv4 loopback devices must open");
+    };
+    write_and_send(&x, &y);
+    let (sx, sy) = (x.udp(), y.udp());
+    println!("sender {sx:?}\nreceiver {sy:?}");
+    assert!(sx.tx_gso_sends > 0, "no GSO send: {sx:?}");
+    assert!(sx.tx_gso_segments >= 2 * sx.tx_gso_sends, "{sx:?}");
+    assert_eq!((sx.tx_gso_refused, sx.tx_errors), (0, 0), "{sx:?}");
+    for d in [&x, &y] {
+        let c = d.dev.counters();
+        assert_eq!((c.icrc_unverifiable, c.icrc_drops), (0, 0), "{c:?}");
     }
 }
 
@@ -214,9 +241,18 @@ fn ipv4_without_paged_sends_sends_plain_datagrams() {
 /// 4791), and a plain socket on `to`, port 4791, that a read waits on for at most 10 s.
 /// Returns them with the receiver's address and the sender's port.
 fn v4_sender_and_receiver(from: &str, to: &str) -> (UdpSockets, UdpSocket, SocketAddr, u16) {
+    v4_sender_and_receiver_with(from, to, UdpConfig::default())
+}
+
+/// [`v4_sender_and_receiver`] with the sender's other options from `cfg`.
+fn v4_sender_and_receiver_with(
+    from: &str,
+    to: &str,
+    cfg: UdpConfig,
+) -> (UdpSockets, UdpSocket, SocketAddr, u16) {
     let cfg = UdpConfig {
         source_sockets: 0,
-        ..UdpConfig::default()
+        ..cfg
     };
     let tx = UdpSockets::open(ip(from), &cfg).unwrap();
     let rx = UdpSocket::bind(SocketAddr::new(ip(to), 4791)).unwrap();
@@ -261,18 +297,13 @@ fn a_paged_send_is_one_datagram_of_the_bytes_queued() {
 #[test]
 fn a_refused_paged_send_falls_back_to_plain_datagrams() {
     let (mut tx, rx, dst, port) = v4_sender_and_receiver("127.21.0.9", "127.21.0.10");
-    let one: i32 = 1;
-    // SAFETY: passes a pointer to a live c_int and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            tx.rx_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_NO_CHECK,
-            (&one as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(r, 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
+    set_option(
+        tx.rx_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_NO_CHECK,
+        "SO_NO_CHECK",
+        1,
+    );
     let mut buf = vec![0u8; 65536];
     for round in 0..2usize {
         let mut i = 0usize;
@@ -310,13 +341,134 @@ fn a_refused_paged_send_falls_back_to_plain_datagrams() {
     );
 }
 
+/// Packet `k` of the IPv4 GSO tests: `len` bytes of pattern whose last 4 hold its ICRC
+/// from `src` to `dst` with ID 0, as the device writes it.
+fn icrc_packet(k: usize, len: usize, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+    let mut p = pattern(k, len);
+    let h = InvariantHeaders::from_facts(&IcrcIpFacts::new(src, dst), len).unwrap();
+    uroce_wire::icrc::fill(&h, &mut p).unwrap();
+    p
+}
+
+/// Sends `n` packets of `len` bytes (see [`icrc_packet`], seeds `seed..`) from `tx` to
+/// `dst`, leaving from port `port`, in one call; returns how many left.
+fn send_icrc_packets(
+    tx: &mut UdpSockets,
+    dst: SocketAddr,
+    port: u16,
+    seed: usize,
+    n: usize,
+    len: usize,
+) -> usize {
+    let src = SocketAddr::new(tx.local_addr().ip(), port);
+    let mut i = 0;
+    tx.send(8, |b| {
+        if i == n {
+            return None;
+        }
+        b[..len].copy_from_slice(&icrc_packet(seed + i, len, src, dst));
+        i += 1;
+        Some(Transmit {
+            dst: dst.ip(),
+            src_port: port,
+            len,
+        })
+    })
+    .sent
+}
+
+/// An IPv4 GSO run: segment `k` arrives with the ICRC of ID `k` (the ID the kernel gives
+/// it), every other byte as queued, and the ICRC of ID `k` is what the device wrote for
+/// ID 0 changed by [`Ipv4IdentIcrc::change`]`(0, k)`; a packet alone keeps ID 0's.
+#[test]
+fn ipv4_gso_segments_carry_the_icrc_of_their_id() {
+    let cfg = UdpConfig {
+        gso: Gso::On,
+        ..UdpConfig::default()
+    };
+    let (mut tx, rx, dst, port) = v4_sender_and_receiver_with("127.21.0.15", "127.21.0.16", cfg);
+    let src = SocketAddr::new(tx.local_addr().ip(), port);
+    // Four 96-byte packets (a 64-byte WRITE's), then one of 2000 bytes alone.
+    assert_eq!(send_icrc_packets(&mut tx, dst, port, 0, 4, 96), 4);
+    assert_eq!(send_icrc_packets(&mut tx, dst, port, 4, 1, 2000), 1);
+    let s = tx.stats();
+    assert_eq!((s.tx_gso_sends, s.tx_gso_segments), (1, 4), "{s:?}");
+    let mut buf = vec![0u8; 65536];
+    for (k, len) in [(0usize, 96usize), (1, 96), (2, 96), (3, 96), (4, 2000)] {
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(n, len, "datagram {k}");
+        let sent = icrc_packet(k, len, src, dst);
+        assert!(
+            buf[..n - 4] == sent[..n - 4],
+            "datagram {k}: more than its ICRC changed"
+        );
+        let id = if len == 96 { k as u16 } else { 0 };
+        let mut facts = IcrcIpFacts::new(src, dst);
+        facts.ipv4_ident = id;
+        let h = InvariantHeaders::from_facts(&facts, len).unwrap();
+        assert_eq!(
+            uroce_wire::icrc::verify(&h, &buf[..n]).unwrap(),
+            IcrcVerdict::Ok,
+            "datagram {k}: not the ICRC of ID {id}"
+        );
+        let at0 = uroce_wire::icrc::stored(&sent).unwrap();
+        let got = uroce_wire::icrc::stored(&buf[..n]).unwrap();
+        assert_eq!(got, at0 ^ Ipv4IdentIcrc::new(len).change(0, id));
+    }
+}
+
+/// An IPv4 GSO run the kernel refuses (zero UDP checksums, `SO_NO_CHECK`: `EINVAL`)
+/// leaves as plain datagrams, each with the ICRC of ID 0 again: byte for byte as queued.
+#[test]
+fn a_refused_ipv4_gso_run_leaves_plain_with_the_icrc_of_id_0() {
+    let cfg = UdpConfig {
+        gso: Gso::On,
+        paged_tx: false,
+        ..UdpConfig::default()
+    };
+    let (mut tx, rx, dst, port) = v4_sender_and_receiver_with("127.21.0.17", "127.21.0.18", cfg);
+    let src = SocketAddr::new(tx.local_addr().ip(), port);
+    set_option(
+        tx.rx_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_NO_CHECK,
+        "SO_NO_CHECK",
+        1,
+    );
+    assert_eq!(send_icrc_packets(&mut tx, dst, port, 0, 5, 96), 5);
+    let mut buf = vec![0u8; 65536];
+    for k in 0..5 {
+        let n = rx.recv(&mut buf).unwrap();
+        assert!(
+            buf[..n] == icrc_packet(k, 96, src, dst)[..],
+            "datagram {k} is not as queued"
+        );
+    }
+    let s = tx.stats();
+    assert_eq!(
+        (
+            s.tx_gso_refused,
+            s.tx_gso_sends,
+            s.tx_datagrams,
+            s.tx_errors
+        ),
+        (1, 0, 5, 0),
+        "{s:?}"
+    );
+}
+
 /// Sets the `SOL_UDP` option `name` of descriptor `fd` to `v`, or panics saying which.
 fn set_udp_option(fd: i32, name: i32, what: &str, v: i32) {
+    set_option(fd, libc::SOL_UDP, name, what, v)
+}
+
+/// Sets socket option `name` at `level` of descriptor `fd` to `v`, or panics saying which.
+fn set_option(fd: i32, level: i32, name: i32, what: &str, v: i32) {
     // SAFETY: passes a pointer to a live c_int and its size.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::SOL_UDP,
+            level,
             name,
             (&v as *const i32).cast(),
             std::mem::size_of::<i32>() as libc::socklen_t,
@@ -467,7 +619,7 @@ fn a_datagram_longer_than_a_roce_packet_is_counted_not_split() {
 #[test]
 fn gso_runs_end_at_a_short_packet_and_at_a_new_destination() {
     let _v6 = v6_lock();
-    let open = |a: &str, gso: bool| {
+    let open = |a: &str, gso: Gso| {
         let cfg = UdpConfig {
             gso,
             source_sockets: 0,
@@ -475,7 +627,7 @@ fn gso_runs_end_at_a_short_packet_and_at_a_new_destination() {
         };
         UdpSockets::open(ip(a), &cfg)
     };
-    let (Ok(mut tx), Ok(mut rx)) = (open(V6_B, true), open(V6_A, true)) else {
+    let (Ok(mut tx), Ok(mut rx)) = (open(V6_B, Gso::On), open(V6_A, Gso::On)) else {
         println!("skipped: no sockets on {V6_A} and {V6_B}");
         return;
     };
@@ -519,7 +671,7 @@ fn gso_runs_end_at_a_short_packet_and_at_a_new_destination() {
 fn without_gso_every_packet_is_its_own_datagram() {
     let _v6 = v6_lock();
     let cfg = UdpConfig {
-        gso: false,
+        gso: Gso::Off,
         ..UdpConfig::default()
     };
     let Some((mut tx, mut rx)) = v6_sockets(&cfg) else {
@@ -537,7 +689,22 @@ fn gso_and_gro_settings_come_from_the_environment() {
     std::env::set_var("UROCE_GSO", "1");
     std::env::set_var("UROCE_GRO", "off");
     let c = UdpConfig::default().with_env().unwrap();
-    assert_eq!((c.gso, c.gro), (true, false));
+    assert_eq!((c.gso, c.gro), (Gso::On, false));
+    std::env::set_var("UROCE_GSO", "auto");
+    let on = UdpConfig {
+        gso: Gso::Off,
+        ..UdpConfig::default()
+    };
+    assert_eq!(on.with_env().unwrap().gso, Gso::Auto);
+    std::env::set_var("UROCE_GSO", "off");
+    assert_eq!(UdpConfig::default().with_env().unwrap().gso, Gso::Off);
+    std::env::set_var("UROCE_GSO", "sometimes");
+    let e = UdpConfig::default().with_env().unwrap_err();
+    assert!(
+        e.to_string().contains("UROCE_GSO must be 0, 1 or auto"),
+        "{e}"
+    );
+    std::env::set_var("UROCE_GSO", "1");
     std::env::set_var("UROCE_GRO", "maybe");
     let e = UdpConfig::default().with_env().unwrap_err();
     assert!(e.to_string().contains("UROCE_GRO"), "{e}");
@@ -546,8 +713,8 @@ fn gso_and_gro_settings_come_from_the_environment() {
     let c = UdpConfig::default().with_env().unwrap();
     assert_eq!(
         (c.gso, c.gro, c.paged_tx),
-        (false, true, true),
-        "GSO off, GRO and paged sends on by default"
+        (Gso::Auto, true, true),
+        "GSO where a NIC sends, GRO and paged sends on by default"
     );
     std::env::set_var("UROCE_PAGED_TX", "0");
     assert!(!UdpConfig::default().with_env().unwrap().paged_tx);
@@ -565,7 +732,7 @@ fn a_refused_gso_send_falls_back_per_packet_and_is_remembered() {
     let _v6 = v6_lock();
     let cfg = UdpConfig {
         source_sockets: 0,
-        gso: true,
+        gso: Gso::On,
         ..UdpConfig::default()
     };
     let Some((mut tx, mut rx)) = v6_sockets(&cfg) else {

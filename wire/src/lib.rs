@@ -65,7 +65,7 @@ pub use headers::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthPacket, BthRepr, DethRepr,
     FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr,
 };
-pub use icrc::{IcrcIpFacts, IcrcVerdict, InvariantHeaders};
+pub use icrc::{IcrcIpFacts, IcrcVerdict, InvariantHeaders, Ipv4IdentIcrc};
 pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
 pub use mad::{

@@ -25,15 +25,19 @@
 //! - **IPv6**: every covered field is known (addresses, payload length, next header, ports,
 //!   UDP length): the ICRC is always verified.
 //! - **IPv4**: the *Identification* field is covered, and a socket never sees it. uroce
-//!   sends ID 0 (unconnected socket, DF set), so a packet from uroce verifies with ID 0.
-//!   Linux rxe sends changing, non-zero IDs, so its packets cannot be verified by a socket
-//!   receiver. Under the default [`IcrcPolicy::VerifyWhenPossible`] a packet that verifies
-//!   with ID 0 is accepted as verified; one that does not is accepted as *unverifiable*
-//!   and counted in the device counter `icrc_unverifiable` — which also means a packet
-//!   corrupted in a way the Ethernet FCS and UDP checksum missed is accepted. That is the
-//!   plain limit of a socket receiver; use [`IcrcPolicy::Strict`] between uroce peers (or
-//!   the raw-frame backend, which sees the IP header) to drop every packet that does not
-//!   verify.
+//!   sends from unconnected sockets with DF set, so Linux gives a plain datagram ID 0 and
+//!   the segments of a UDP GSO send ([`udp::UdpConfig::gso`]) IDs 0, 1, 2, ...; each
+//!   packet's ICRC is computed for its ID. Linux rxe sends changing IDs, so most of its
+//!   packets cannot be verified by a socket receiver. Under the default
+//!   [`IcrcPolicy::VerifyWhenPossible`] a packet that verifies with ID 0, or with an ID
+//!   below [`udp::GSO_MAX_SEGMENTS`] (found from the ICRC difference, without hashing
+//!   again: [`uroce_wire::Ipv4IdentIcrc`]), is accepted as verified; one that does not is
+//!   accepted as *unverifiable* and counted in the device counter `icrc_unverifiable` —
+//!   which also means a packet corrupted in a way the Ethernet FCS and UDP checksum missed
+//!   is accepted. That is the plain limit of a socket receiver; use [`IcrcPolicy::Strict`]
+//!   between uroce peers (or the raw-frame backend, which sees the IP header) to drop
+//!   every packet that does not verify. Taking 64 IDs for good leaves a corrupted packet
+//!   a chance of 2^-26 rather than 2^-32 to pass.
 
 pub mod raw;
 pub mod udp;
@@ -51,11 +55,13 @@ use uroce_wire::{IcrcIpFacts, IcrcVerdict};
 /// module docs for why IPv4 cannot always be checked).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum IcrcPolicy {
-    /// Drop every packet whose ICRC does not verify (IPv4 assuming ID 0 and DF). Right
-    /// between uroce peers; drops everything Linux rxe sends over IPv4.
+    /// Drop every packet whose ICRC does not verify (IPv4 assuming DF and an ID below
+    /// [`udp::GSO_MAX_SEGMENTS`]). Right between uroce peers; drops nearly everything
+    /// Linux rxe sends over IPv4.
     Strict,
-    /// Verify IPv6 always and IPv4 assuming ID 0; an IPv4 packet that does not verify is
-    /// accepted and counted in `icrc_unverifiable` (so rxe over IPv4 works).
+    /// Verify IPv6 always and IPv4 assuming an ID below [`udp::GSO_MAX_SEGMENTS`]; an IPv4
+    /// packet that does not verify is accepted and counted in `icrc_unverifiable` (so rxe
+    /// over IPv4 works).
     #[default]
     VerifyWhenPossible,
     /// Verify nothing: every packet is accepted and counted in `icrc_unverifiable`.
@@ -88,9 +94,11 @@ impl IcrcPolicy {
         let facts = IcrcIpFacts::new(src, local);
         match uroce_wire::parse_udp_payload(payload, &facts) {
             Ok(IcrcVerdict::Ok) => RxIcrc::Verified(IcrcVerdict::Ok),
-            Ok(bad @ IcrcVerdict::Bad { .. }) => {
+            Ok(bad @ IcrcVerdict::Bad { stored, computed }) => {
                 let v4 = src.ip().to_canonical().is_ipv4();
-                if v4 && self == IcrcPolicy::VerifyWhenPossible {
+                if v4 && gso_segment(payload.len(), stored, computed) {
+                    RxIcrc::Verified(IcrcVerdict::Ok)
+                } else if v4 && self == IcrcPolicy::VerifyWhenPossible {
                     RxIcrc::Unverifiable
                 } else {
                     RxIcrc::Verified(bad)
@@ -100,6 +108,15 @@ impl IcrcPolicy {
             Err(_) => RxIcrc::Facts(facts),
         }
     }
+}
+
+/// True when an IPv4 packet of `roce_len` bytes whose ICRC did not verify with ID 0 does
+/// verify with an ID below [`udp::GSO_MAX_SEGMENTS`]: a segment of a UDP GSO send, which
+/// the kernel numbers 0, 1, 2, ... ([`uroce_wire::Ipv4IdentIcrc`]).
+fn gso_segment(roce_len: usize, stored: u32, computed: u32) -> bool {
+    uroce_wire::Ipv4IdentIcrc::new(roce_len)
+        .ident_below(stored, computed, udp::GSO_MAX_SEGMENTS as u16)
+        .is_some()
 }
 
 /// Why a backend could not open a device, or an engine could not start. Each message
