@@ -93,15 +93,17 @@ pub struct DeviceConfig {
     /// ACK is held, and only while the QP has nothing else to send: once its requester has
     /// a packet, that packet leaves first and the ACK right after it (the peer's next
     /// request does not wait behind the ACK); NAKs, READ responses and ATOMIC
-    /// ACKNOWLEDGEs go at once and take a held ACK with them. The UDP and raw backends
-    /// open a device with polled progress without a delay (no thread would send a held
-    /// ACK after the program's last call). The delay is at most
-    /// 1/16 of the QP's own local ACK timeout (RC peers use the same `timeout` attribute,
-    /// so the requester's timer is never at risk). `None` or `Some(Duration::ZERO)`: every
-    /// ACK at once, the default for now: with 20 µs a loopback ping-pong makes half the
-    /// `sendmmsg` calls, but two of 154 lab cases against rxe failed on a loaded host with
-    /// it (unexplained; see the README), so it waits for a clean lab matrix. The verbs
-    /// layer reads `UROCE_ACK_DELAY_US`.
+    /// ACKNOWLEDGEs go at once and take a held ACK with them. A held ACK also goes at once
+    /// when it acknowledges [`crate::transport::ACK_HOLD_MAX_PSNS`] PSNs (a streaming
+    /// peer's window never waits for it). The delay is at most 1/16 of the QP's own local
+    /// ACK timeout (RC peers use the same `timeout` attribute), and nothing is held with a
+    /// timeout below [`crate::transport::ACK_HOLD_MIN_TIMEOUT`] (about 67 ms), so the
+    /// requester's timer is never at risk. The UDP and raw backends open a device with
+    /// polled progress without a delay (no thread would send a held ACK after the
+    /// program's last call). `None` or `Some(Duration::ZERO)`: every ACK at once, this
+    /// struct's default. The verbs layer reads `UROCE_ACK_DELAY_US` and, without it, gives
+    /// [`crate::engine::default_ack_delay`]: 500 µs on a host with one CPU, where it was
+    /// measured to help, none on more.
     pub ack_delay: Option<Duration>,
 }
 

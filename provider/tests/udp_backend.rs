@@ -1048,6 +1048,34 @@ fn shared_progress_runs_in_the_callers_thread_and_the_engine_covers_when_it_stop
     b.wait_for(11);
 }
 
+/// `Progress::Shared`: a thread covering for a caller sleeps no later than the device's next
+/// timer (a held ACK's delay, `DeviceConfig::ack_delay`), so the timer fires when due even
+/// when no call comes, however long the thread's check-ups have grown apart. Here they are
+/// about 0.4 s apart (the 14th cover: 50 µs doubled 13 times) when a timer is set 0.45 s
+/// ahead; the next cover would sleep 0.8 s without it. The timer must fire less than
+/// 0.15 s late (what a loaded machine may add; a thread that slept on would be 0.35 s late
+/// at least).
+#[test]
+fn a_covering_thread_wakes_for_the_devices_next_timer() {
+    use uroce_provider::backend::Driver;
+    let (a, ea) = engine_on(
+        "127.11.10.6",
+        UdpConfig::default(),
+        Progress::Shared {
+            idle_after: Duration::from_secs(3600),
+        },
+    );
+    Driver::progress(&ea);
+    wait_until("A's 14th cover", || ea.stats().covers >= 14);
+    let due = ea.now() + Duration::from_millis(450);
+    *a.timer.lock() = Some(due);
+    wait_until("the timer to fire", || !a.fired.lock().is_empty());
+    let (d, at) = a.fired.lock()[0];
+    assert_eq!(d, due);
+    let late = at.saturating_duration_since(due);
+    assert!(late < Duration::from_millis(150), "fired {late:?} late");
+}
+
 /// `Progress::Shared`: a thread on probation (it found a datagram the caller left over, so
 /// it sleeps watching the socket) is not woken for work the caller makes just before its
 /// own pass (`will_progress`, as the verbs layer's `post_send` does): that pass sends it.
@@ -1339,4 +1367,15 @@ fn shared_progress_checks_up_less_often_on_one_cpu() {
     ] {
         assert_eq!(Progress::shared_for(cpus), Progress::Shared { idle_after });
     }
+}
+
+/// The default ACK coalescing delay: 500 µs on one CPU (where each ACK sent alone costs a
+/// `sendmmsg`, and a thread's wake-up preempts the application), none on more.
+#[test]
+fn acks_are_held_by_default_on_one_cpu_only() {
+    use uroce_provider::engine::{default_ack_delay, DEFAULT_ACK_DELAY_1CPU};
+    assert_eq!(DEFAULT_ACK_DELAY_1CPU, Duration::from_micros(500));
+    assert_eq!(default_ack_delay(1), Some(DEFAULT_ACK_DELAY_1CPU));
+    assert_eq!(default_ack_delay(2), None);
+    assert_eq!(default_ack_delay(64), None);
 }

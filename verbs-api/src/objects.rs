@@ -229,14 +229,14 @@ pub fn progress_from_env() -> Result<p::engine::Progress> {
 }
 
 /// The ACK coalescing delay `UROCE_ACK_DELAY_US` gives, in microseconds (see
-/// [`DeviceConfig::ack_delay`]; `0`: every ACK at once): unset or empty gives `None`, the
-/// default (no delay). Anything but a number of at most 1,000,000 is a
-/// [`VerbsError::Backend`].
+/// [`DeviceConfig::ack_delay`]; `0`: every ACK at once): unset or empty gives the default,
+/// [`p::engine::default_ack_delay`] of this host's CPUs (500 µs on one CPU, none on more).
+/// Anything but a number of at most 1,000,000 is a [`VerbsError::Backend`].
 pub fn ack_delay_from_env() -> Result<Option<std::time::Duration>> {
     let v = std::env::var("UROCE_ACK_DELAY_US").unwrap_or_default();
     let v = v.trim();
     if v.is_empty() {
-        return Ok(None);
+        return Ok(p::engine::default_ack_delay(p::engine::host_cpus()));
     }
     match v.parse::<u64>() {
         Ok(us) if us <= 1_000_000 => Ok(Some(std::time::Duration::from_micros(us))),

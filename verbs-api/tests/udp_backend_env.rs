@@ -1,5 +1,6 @@
 //! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`;
-//! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off.
+//! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off;
+//! `UROCE_ACK_DELAY_US` sets the ACK coalescing delay.
 //! One test only, so no other test of this binary sees the environment change.
 
 use uroce_verbs::*;
@@ -75,4 +76,24 @@ fn uroce_backend_selects_udp_or_raw_and_refuses_anything_else() {
     assert!(m.contains("UROCE_GSO") && m.contains('0'), "{m}");
     std::env::remove_var("UROCE_GSO");
     std::env::remove_var("UROCE_GRO");
+
+    // UROCE_ACK_DELAY_US: microseconds; unset, the default for this host's CPU count
+    // (500 µs on one CPU, none on more).
+    use std::time::Duration;
+    use uroce_verbs::ack_delay_from_env;
+    std::env::remove_var("UROCE_ACK_DELAY_US");
+    let cpus = uroce_provider::engine::host_cpus();
+    let want = (cpus == 1).then_some(Duration::from_micros(500));
+    assert_eq!(ack_delay_from_env().unwrap(), want, "{cpus} CPUs");
+    std::env::set_var("UROCE_ACK_DELAY_US", "0");
+    assert_eq!(ack_delay_from_env().unwrap(), Some(Duration::ZERO));
+    std::env::set_var("UROCE_ACK_DELAY_US", "300");
+    assert_eq!(
+        ack_delay_from_env().unwrap(),
+        Some(Duration::from_micros(300))
+    );
+    std::env::set_var("UROCE_ACK_DELAY_US", "soon");
+    let m = one_line(&ack_delay_from_env().unwrap_err());
+    assert!(m.contains("UROCE_ACK_DELAY_US"), "{m}");
+    std::env::remove_var("UROCE_ACK_DELAY_US");
 }

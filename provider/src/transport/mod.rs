@@ -56,6 +56,7 @@ use packet::Route;
 use requester::{ReqCtx, ReqOut, Requester};
 use responder::{RespAction, RespCtx, Responder};
 use std::net::SocketAddr;
+use std::time::Duration;
 use timers::{Timer, Timers};
 use uroce_wire::{check_payload_len, Psn, RocePacket, RoceRepr, TransportClass};
 
@@ -84,6 +85,20 @@ pub struct RcTransport {
     /// A positive ACK held for coalescing (see [`crate::device::DeviceConfig::ack_delay`]).
     ack_hold: AckHold,
 }
+
+/// Most PSNs one held ACK acknowledges before it goes without waiting for its delay to end:
+/// 32, a quarter of the requester's window of unacknowledged PSNs (rxe's
+/// `RXE_MAX_UNACKED_PSNS` and [`requester::MAX_UNACKED_PSNS`], 128), so that a streaming
+/// peer never waits for a held ACK to reopen its window.
+pub const ACK_HOLD_MAX_PSNS: u32 = 32;
+
+/// Shortest local ACK timeout (the QP's `timeout` attribute, IBTA §9.7.6.1.3) with which a
+/// responder holds ACKs at all: 4.096 µs × 2^14, about 67 ms, what rdma-core's examples,
+/// perftest and the rdma_cm use or exceed. A held ACK whose delay ended leaves with the
+/// next pass, and when the application makes no call that is the progress engine's next
+/// check-up (up to 16 ms later on one CPU): well inside such a timeout, so the peer's
+/// requester never retransmits for a held ACK.
+pub const ACK_HOLD_MIN_TIMEOUT: u8 = 14;
 
 /// Where a responder's coalescing of its next ACK stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -292,7 +307,7 @@ impl QueuePair {
             QpType::Ud => return !paced && state == QpState::Rts && !inner.sq.is_empty(),
         }
         let resp = &inner.rc.resp;
-        (resp.has_output() && !(inner.rc.ack_hold == AckHold::Held && resp.only_plain_ack()))
+        (resp.has_output() && !(inner.rc.ack_hold == AckHold::Held && Self::may_hold(resp)))
             || self.requester_has_work(inner)
     }
 
@@ -315,7 +330,7 @@ impl QueuePair {
     /// delay starts at the first ACK held; newer ACKs replace it without restarting it.
     fn ack_plan(&self, inner: &mut QpInner, now: Instant) -> AckPlan {
         let rc = &inner.rc;
-        if rc.ack_hold == AckHold::Due || !rc.resp.only_plain_ack() {
+        if rc.ack_hold == AckHold::Due || !Self::may_hold(&rc.resp) {
             return AckPlan::Now;
         }
         if rc.ack_hold == AckHold::Held {
@@ -327,6 +342,7 @@ impl QueuePair {
         }
         let delay = self.pd().device().config().ack_delay.unwrap_or_default();
         let delay = match ack_timeout(inner.attr.timeout) {
+            Some(_) if inner.attr.timeout < ACK_HOLD_MIN_TIMEOUT => Duration::ZERO,
             Some(t) => delay.min(t / 16),
             None => delay,
         };
@@ -339,6 +355,12 @@ impl QueuePair {
         inner.rc.ack_hold = AckHold::Held;
         inner.rc.timers.set(Timer::AckDelay, now + delay);
         AckPlan::Hold
+    }
+
+    /// True when what the responder has may be held: one plain ACK, acknowledging fewer
+    /// than [`ACK_HOLD_MAX_PSNS`] PSNs.
+    fn may_hold(resp: &Responder) -> bool {
+        resp.only_plain_ack() && resp.plain_ack_span() < ACK_HOLD_MAX_PSNS
     }
 
     /// Builds the responder's next packet into `buf` and counts it; its length.

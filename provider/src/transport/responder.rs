@@ -267,6 +267,9 @@ pub(crate) struct Responder {
     /// A failure found while building a response (a READ whose region was deregistered
     /// between its packets): its NAK is queued; the QP applies it with [`Self::take_fatal`].
     fatal: Option<(RespError, Psn)>,
+    /// The PSN of the first positive ACK the queued one replaced (or its own when it
+    /// replaced none): where the span of [`Self::plain_ack_span`] starts.
+    ack_first: Psn,
 }
 
 impl Responder {
@@ -288,6 +291,19 @@ impl Responder {
     pub fn only_plain_ack(&self) -> bool {
         self.out.len() == 1
             && matches!(self.out.front(), Some(Out::Ack { syndrome, .. }) if syndrome.is_ack())
+    }
+
+    /// How many PSNs the one positive ACK waiting acknowledges since the last ACK sent
+    /// (the queued ACK and those it replaced: its PSN minus the first one's, plus one);
+    /// 0 when something else waits too, or nothing. A held ACK goes once this reaches
+    /// [`super::ACK_HOLD_MAX_PSNS`], before the requester's window fills.
+    pub fn plain_ack_span(&self) -> u32 {
+        match self.out.front() {
+            Some(Out::Ack { psn, syndrome, .. }) if self.out.len() == 1 && syndrome.is_ack() => {
+                self.ack_first.distance(*psn).max(0) as u32 + 1
+            }
+            _ => 0,
+        }
     }
 
     /// Keeps only an error NAK (when the QP enters ERR the last NAK still goes out).
@@ -322,10 +338,11 @@ impl Responder {
         // Coalescing: a positive ACK waiting to be sent is replaced by the newer one, which
         // acknowledges everything the old one did (IBTA §9.7.5.1.1).
         if syndrome.is_ack() {
-            if let Some(Out::Ack { syndrome: s, .. }) = self.out.back() {
-                if s.is_ack() {
+            match self.out.back() {
+                Some(Out::Ack { syndrome: s, .. }) if s.is_ack() => {
                     self.out.pop_back();
                 }
+                _ => self.ack_first = psn,
             }
         }
         self.out.push_back(Out::Ack { psn, syndrome, msn });

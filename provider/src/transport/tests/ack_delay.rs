@@ -3,6 +3,7 @@
 //! waits.
 
 use super::*;
+use crate::transport::{ACK_HOLD_MAX_PSNS, ACK_HOLD_MIN_TIMEOUT};
 
 const DELAY: Duration = Duration::from_micros(20);
 
@@ -127,13 +128,13 @@ fn held_acks_leave_at_the_end_of_the_delay_as_one() {
     assert_eq!(Side::wcs(&p.a.scq).len(), 3);
 }
 
-/// The delay is at most 1/16 of the QP's local ACK timeout: with `timeout` 1
-/// (8.192 µs) an ACK waits 512 ns.
+/// The delay is at most 1/16 of the QP's local ACK timeout: with `timeout` 14
+/// (67.108864 ms) and a delay of 10 ms asked for, an ACK waits 4.194304 ms.
 #[test]
 fn the_delay_is_at_most_a_sixteenth_of_the_ack_timeout() {
     let mut p = Pair::new(Cfg {
-        ack_delay: Some(DELAY),
-        timeout: 1,
+        ack_delay: Some(Duration::from_millis(10)),
+        timeout: 14,
         ..Cfg::default()
     });
     p.b.post_recv(7, 0, 100);
@@ -143,8 +144,63 @@ fn the_delay_is_at_most_a_sixteenth_of_the_ack_timeout() {
     assert_eq!(p.pump(), 0);
     assert_eq!(
         p.b.dev.poll_timeout(),
-        Some(p.now + Duration::from_nanos(512))
+        Some(p.now + Duration::from_nanos(4_194_304))
     );
+}
+
+/// Below [`ACK_HOLD_MIN_TIMEOUT`] (14) nothing is held: with `timeout` 13 (33.6 ms) the
+/// ACK leaves at once, as without a delay.
+#[test]
+fn a_short_ack_timeout_holds_no_ack() {
+    let mut p = Pair::new(Cfg {
+        ack_delay: Some(DELAY),
+        timeout: ACK_HOLD_MIN_TIMEOUT - 1,
+        ..Cfg::default()
+    });
+    p.b.post_recv(7, 0, 100);
+    p.a.post(1, SendOp::Send, vec![p.a.sge(0, 10)], SendFlags::SIGNALED);
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    assert_eq!(p.pump(), 1, "the ACK leaves at once");
+    assert_eq!(
+        b_since(&p, from),
+        [(Opcode::RC_ACKNOWLEDGE, 100, Some(ACK))]
+    );
+    assert_eq!(p.b.dev.poll_timeout(), None);
+}
+
+/// A held ACK leaves without waiting for its delay once it acknowledges
+/// [`ACK_HOLD_MAX_PSNS`] (32) PSNs: after 31 single-packet SENDs it waits, the 32nd sends
+/// it (PSN 100 + 31), long before a requester's window of 128 would fill.
+#[test]
+fn a_held_ack_goes_once_it_covers_the_most_psns_it_may() {
+    let mut p = pair();
+    let n = ACK_HOLD_MAX_PSNS as usize;
+    for i in 0..n {
+        p.b.post_recv(i as u64, 0, 100);
+        p.a.post(
+            i as u64,
+            SendOp::Send,
+            vec![p.a.sge(0, 10)],
+            SendFlags::SIGNALED,
+        );
+    }
+    p.pump();
+    let w = std::mem::take(&mut p.wire);
+    assert_eq!(w.len(), n);
+    for d in &w[..n - 1] {
+        p.deliver(d);
+    }
+    let from = p.log.len();
+    assert_eq!(p.pump(), 0, "{} PSNs acknowledged: held", n - 1);
+    p.deliver(&w[n - 1]);
+    assert_eq!(p.pump(), 1);
+    assert_eq!(
+        b_since(&p, from),
+        [(Opcode::RC_ACKNOWLEDGE, 100 + n as u32 - 1, Some(ACK))]
+    );
+    assert_eq!(Side::wcs(&p.b.rcq).len(), n);
 }
 
 /// READ responses, ATOMIC ACKNOWLEDGEs and NAKs never wait.
