@@ -151,9 +151,14 @@ fn nonblocking_calls_say_eagain_and_peek_leaves_data() {
     s.close();
 }
 
+/// A connect to a port nobody listens on, at an address whose CM is up, is refused (the
+/// peer's CM answers the REQ with a REJ). The listener on another port brings up the
+/// server's device in this process: alone (one test thread, as on a 1-CPU host) nothing
+/// else would, and a REQ to an address with no CM at all times out instead, as it should.
 #[test]
 fn connect_to_nobody_is_refused() {
     setup();
+    let _up = listener(7698, 4096);
     let c = RSocket::new(false).unwrap();
     let e = c.connect(addr(7699)).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED), "{e}");
