@@ -102,8 +102,8 @@ pub struct DeviceConfig {
     /// polled progress without a delay (no thread would send a held ACK after the
     /// program's last call). `None` or `Some(Duration::ZERO)`: every ACK at once, this
     /// struct's default. The verbs layer reads `UROCE_ACK_DELAY_US` and, without it, gives
-    /// [`crate::engine::default_ack_delay`]: 500 µs on a host with one CPU, where it was
-    /// measured to help, none on more.
+    /// the progress engine's default for the host: 500 µs with one CPU, where it was
+    /// measured to help, none with more.
     pub ack_delay: Option<Duration>,
 }
 

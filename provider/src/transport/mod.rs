@@ -360,7 +360,7 @@ impl QueuePair {
     /// True when what the responder has may be held: one plain ACK, acknowledging fewer
     /// than [`ACK_HOLD_MAX_PSNS`] PSNs.
     fn may_hold(resp: &Responder) -> bool {
-        resp.only_plain_ack() && resp.plain_ack_span() < ACK_HOLD_MAX_PSNS
+        resp.plain_ack_span().is_some_and(|n| n < ACK_HOLD_MAX_PSNS)
     }
 
     /// Builds the responder's next packet into `buf` and counts it; its length.

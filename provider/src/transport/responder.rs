@@ -293,16 +293,17 @@ impl Responder {
             && matches!(self.out.front(), Some(Out::Ack { syndrome, .. }) if syndrome.is_ack())
     }
 
-    /// How many PSNs the one positive ACK waiting acknowledges since the last ACK sent
-    /// (the queued ACK and those it replaced: its PSN minus the first one's, plus one);
-    /// 0 when something else waits too, or nothing. A held ACK goes once this reaches
-    /// [`super::ACK_HOLD_MAX_PSNS`], before the requester's window fills.
-    pub fn plain_ack_span(&self) -> u32 {
+    /// When the only response waiting is one positive ACK ([`Self::only_plain_ack`]): how
+    /// many PSNs it acknowledges since the last ACK sent (the queued ACK and those it
+    /// replaced: its PSN minus the first one's, plus one). `None` otherwise. A held ACK
+    /// goes once this reaches [`super::ACK_HOLD_MAX_PSNS`], before the requester's window
+    /// fills.
+    pub fn plain_ack_span(&self) -> Option<u32> {
         match self.out.front() {
             Some(Out::Ack { psn, syndrome, .. }) if self.out.len() == 1 && syndrome.is_ack() => {
-                self.ack_first.distance(*psn).max(0) as u32 + 1
+                Some(self.ack_first.distance(*psn).max(0) as u32 + 1)
             }
-            _ => 0,
+            _ => None,
         }
     }
 
