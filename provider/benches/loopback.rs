@@ -17,9 +17,13 @@
 //! - the memory an idle QP costs: RSS delta over 10 000 RC QPs in RTS, and `size_of` of
 //!   the main structures.
 //!
-//! - write-bw of 1 QP with GSO / GRO off (the backend before them), and over IPv6 (`::1`
-//!   to `fd00::2`, where the host has both) with them on and off: IPv6 is where uroce
-//!   sends GSO ([`UdpConfig::gso`]).
+//! - write-bw of 1 QP with GSO / GRO off (the backend before them), with GSO on over IPv4
+//!   (`auto` leaves it off on `lo`; this is the figure set beside the raw GSO blast), and
+//!   over IPv6 (`::1` to `fd00::2`, where the host has both) with them on and off
+//!   ([`UdpConfig::gso`]).
+//! - write-bw of 64-byte messages (1 QP, 128 outstanding: perftest's default depth) in
+//!   messages per second, beside a raw-UDP blast of 64 + 28-byte datagrams in datagrams
+//!   per second. Goal: >= 70 %.
 //!
 //! Every run is bounded by a time budget; the whole binary takes about 45 seconds. Uses
 //! 127.15.x.y addresses.
@@ -50,6 +54,10 @@ const MSG: usize = 64 << 10;
 const SEG: usize = 4096;
 /// Messages outstanding in write-bw.
 const WINDOW: usize = 32;
+/// Message size of the small-message write-bw, bytes (`ib_write_bw -s 64`), and messages
+/// outstanding in it (perftest's default `--tx-depth`).
+const SMALL: usize = 64;
+const SMALL_WINDOW: usize = 128;
 /// Measured time of each bandwidth run (after a short warm-up).
 const BW_TIME: Duration = Duration::from_millis(1200);
 /// Raw blast and uroce write-bw runs alternate this many times each, so that drifting
@@ -129,12 +137,19 @@ struct Blast {
     sent_gbit: f64,
     delivered_gbit: f64,
     delivered_pct: f64,
+    /// Datagrams delivered, millions per second.
+    delivered_mpps: f64,
 }
 
 /// 64 KiB "messages" of 16 datagrams of 4096 + 28 bytes (BTH + RETH/ICRC sized like
 /// uroce's), one `sendmmsg` batch each, through [`UdpSockets`] from a QP source port.
 fn raw_blast(tx_addr: &str, rx_addr: &str) -> Blast {
-    let dgram = SEG + 28;
+    raw_blast_of(tx_addr, rx_addr, SEG)
+}
+
+/// [`raw_blast`] with `seg` payload bytes per datagram (16 datagrams per `sendmmsg`).
+fn raw_blast_of(tx_addr: &str, rx_addr: &str, seg: usize) -> Blast {
+    let dgram = seg + 28;
     let rx = UdpSockets::open(
         ip(rx_addr),
         &UdpConfig {
@@ -186,11 +201,13 @@ fn raw_blast(tx_addr: &str, rx_addr: &str) -> Blast {
     let dt = t0.elapsed();
     stop.store(true, Ordering::Release);
     let (got, last) = h.join().unwrap();
-    let payload = got / dgram as u64 * SEG as u64;
+    let payload = got / dgram as u64 * seg as u64;
+    let span = last.duration_since(t0).max(dt);
     Blast {
-        sent_gbit: gbit(sent * SEG as u64, dt),
-        delivered_gbit: gbit(payload, last.duration_since(t0).max(dt)),
+        sent_gbit: gbit(sent * seg as u64, dt),
+        delivered_gbit: gbit(payload, span),
         delivered_pct: 100.0 * got as f64 / (sent * dgram as u64).max(1) as f64,
+        delivered_mpps: (got / dgram as u64) as f64 / span.as_secs_f64() / 1e6,
     }
 }
 
@@ -242,10 +259,12 @@ fn gso_blast(tx_addr: &str, rx_addr: &str) -> Option<Blast> {
     stop.store(true, Ordering::Release);
     let (got, last) = h.join().unwrap();
     let payload = got / dgram as u64 * SEG as u64;
+    let span = last.duration_since(t0).max(dt);
     Some(Blast {
         sent_gbit: gbit(sent * SEG as u64, dt),
-        delivered_gbit: gbit(payload, last.duration_since(t0).max(dt)),
+        delivered_gbit: gbit(payload, span),
         delivered_pct: 100.0 * got as f64 / (sent * dgram as u64).max(1) as f64,
+        delivered_mpps: (got / dgram as u64) as f64 / span.as_secs_f64() / 1e6,
     })
 }
 
@@ -456,6 +475,8 @@ fn pairs(a: &Dev, b: &Dev, n: usize, depth: u32) -> Vec<(Arc<QueuePair>, Arc<Que
 
 struct WriteBw {
     gbit: f64,
+    /// Messages completed, millions per second.
+    mmps: f64,
     retransmits: u64,
 }
 
@@ -467,6 +488,18 @@ fn write_bw(a_addr: &str, b_addr: &str, qps: usize) -> WriteBw {
 
 /// [`write_bw`] with socket options `udp` (GSO / GRO on or off; MTU 4096).
 fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteBw {
+    write_bw_of(a_addr, b_addr, qps, udp, MSG, WINDOW)
+}
+
+/// [`write_bw_on`] with messages of `msg` bytes, `window` outstanding in all.
+fn write_bw_of(
+    a_addr: &str,
+    b_addr: &str,
+    qps: usize,
+    udp: UdpConfig,
+    msg: usize,
+    window: usize,
+) -> WriteBw {
     let backend = UdpBackend {
         udp: UdpConfig {
             mtu: Some(uroce_wire::Mtu::Mtu4096),
@@ -476,7 +509,7 @@ fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteB
     };
     let a = open(a_addr, &backend, MSG);
     let b = open(b_addr, &backend, MSG);
-    let ps = pairs(&a, &b, qps, (WINDOW as u32).max(4));
+    let ps = pairs(&a, &b, qps, (window as u32).max(4));
     let wr = |id: u64| {
         SendWr::new(
             id,
@@ -486,7 +519,7 @@ fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteB
             },
             vec![Sge {
                 addr: a.mr.addr(),
-                length: MSG as u32,
+                length: msg as u32,
                 lkey: a.mr.lkey(),
             }],
         )
@@ -504,7 +537,7 @@ fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteB
         if now >= end {
             break;
         }
-        while posted - done < WINDOW as u64 {
+        while posted - done < window as u64 {
             let qp = &ps[(posted % qps as u64) as usize].0;
             qp.post_send(&[wr(posted)]).unwrap();
             posted += 1;
@@ -520,6 +553,7 @@ fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteB
     }
     let (t0, d0) = start.unwrap();
     let dt = t0.elapsed();
+    let msgs = done - d0;
     // Drain what is in flight so the devices close quietly.
     let drain = Instant::now() + Duration::from_secs(5);
     while done < posted && Instant::now() < drain {
@@ -527,7 +561,8 @@ fn write_bw_on(a_addr: &str, b_addr: &str, qps: usize, udp: UdpConfig) -> WriteB
         std::thread::yield_now();
     }
     WriteBw {
-        gbit: gbit((done.min(posted) - d0) * MSG as u64, dt),
+        gbit: gbit(msgs * msg as u64, dt),
+        mmps: msgs as f64 / dt.as_secs_f64() / 1e6,
         retransmits: a.dev.counters().retransmits,
     }
 }
@@ -686,23 +721,31 @@ fn main() {
         .iter()
         .all(|a| UdpSocket::bind(SocketAddr::new(ip(a), 0)).is_ok());
     let (mut w1_off, mut w6_on, mut w6_off) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_small, mut w_small) = (Vec::new(), Vec::new());
+    let mut w1_gso = Vec::new();
+    let gso_on = UdpConfig {
+        gso: Gso::On,
+        ..UdpConfig::default()
+    };
     for _ in 0..BW_ROUNDS {
+        raw_small.push(raw_blast_of("127.15.4.1", "127.15.4.2", SMALL).delivered_mpps);
+        w_small.push(
+            write_bw_of(
+                "127.15.4.3",
+                "127.15.4.4",
+                1,
+                UdpConfig::default(),
+                SMALL,
+                SMALL_WINDOW,
+            )
+            .mmps,
+        );
         raws.push(raw_blast("127.15.0.1", "127.15.0.2"));
         w1s.push(write_bw("127.15.1.1", "127.15.1.2", 1));
         w1_off.push(write_bw_on("127.15.1.5", "127.15.1.6", 1, off.clone()).gbit);
+        w1_gso.push(write_bw_on("127.15.1.7", "127.15.1.8", 1, gso_on.clone()).gbit);
         if have_v6 {
-            w6_on.push(
-                write_bw_on(
-                    v6[0],
-                    v6[1],
-                    1,
-                    UdpConfig {
-                        gso: Gso::On,
-                        ..UdpConfig::default()
-                    },
-                )
-                .gbit,
-            );
+            w6_on.push(write_bw_on(v6[0], v6[1], 1, gso_on.clone()).gbit);
             w6_off.push(write_bw_on(v6[0], v6[1], 1, off.clone()).gbit);
         }
     }
@@ -755,6 +798,11 @@ fn main() {
         median(&mut w1_off.clone()),
         spread(&w1_off)
     );
+    let w1_gso_med = median(&mut w1_gso.clone());
+    println!(
+        "  uroce RC WRITE, 1 QP, IPv4, GSO on (UROCE_GSO=1)   {w1_gso_med:>6.2}  ({})",
+        spread(&w1_gso)
+    );
     if have_v6 {
         println!(
             "  uroce RC WRITE, 1 QP, IPv6 ::1 -> fd00::2, GSO+GRO {:>6.2}  ({})",
@@ -778,9 +826,27 @@ fn main() {
         "  ratio uroce / raw sendmmsg: {:.0}% (goal >= 70%){}",
         pct(w1.gbit, raw.delivered_gbit),
         gso.as_ref().map_or(String::new(), |g| format!(
-            "; uroce / raw GSO: {:.0}%",
-            pct(w1.gbit, g.delivered_gbit)
+            "; uroce with GSO on / raw GSO: {:.0}% (goal >= 70%)",
+            pct(w1_gso_med, g.delivered_gbit)
         ))
+    );
+    println!();
+    println!(
+        "write-bw, {SMALL} B messages (millions of messages, or datagrams, per second delivered; median of {BW_ROUNDS} alternating runs, range)"
+    );
+    let (raw_small_med, w_small_med) =
+        (median(&mut raw_small.clone()), median(&mut w_small.clone()));
+    println!(
+        "  raw UDP blast, sendmmsg 16 x {SMALL} B, same sockets     {raw_small_med:>6.3}  ({})",
+        spread(&raw_small)
+    );
+    println!(
+        "  uroce RC WRITE, 1 QP, {SMALL_WINDOW} outstanding           {w_small_med:>6.3}  ({})",
+        spread(&w_small)
+    );
+    println!(
+        "  ratio uroce / raw sendmmsg: {:.0}% (goal >= 70%)",
+        pct(w_small_med, raw_small_med)
     );
     println!();
     println!("send-lat, 8 B (one way = half the round trip, us: median / p99)");

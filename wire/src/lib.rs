@@ -65,7 +65,9 @@ pub use headers::{
     AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, BthPacket, BthRepr, DethRepr,
     FethRepr, IethRepr, ImmDtRepr, NakCode, RethRepr,
 };
-pub use icrc::{IcrcIpFacts, IcrcVerdict, InvariantHeaders, Ipv4IdentIcrc};
+pub use icrc::{
+    icrc_uses_table, IcrcIpFacts, IcrcVerdict, InvariantHeaders, Ipv4IdentIcrc, Ipv4IdentSearch,
+};
 pub use ipv4::Ipv4Repr;
 pub use ipv6::Ipv6Repr;
 pub use mad::{

@@ -113,10 +113,28 @@ impl IcrcPolicy {
 /// True when an IPv4 packet of `roce_len` bytes whose ICRC did not verify with ID 0 does
 /// verify with an ID below [`udp::GSO_MAX_SEGMENTS`]: a segment of a UDP GSO send, which
 /// the kernel numbers 0, 1, 2, ... ([`uroce_wire::Ipv4IdentIcrc`]).
+///
+/// The search for the last length seen is kept per thread: the segments of a run share
+/// one length, and building it costs some 20 carry-less products, several times the CRC
+/// of a 4 KiB packet.
 fn gso_segment(roce_len: usize, stored: u32, computed: u32) -> bool {
-    uroce_wire::Ipv4IdentIcrc::new(roce_len)
-        .ident_below(stored, computed, udp::GSO_MAX_SEGMENTS as u16)
-        .is_some()
+    use std::cell::Cell;
+    use uroce_wire::{Ipv4IdentIcrc, Ipv4IdentSearch};
+    thread_local! {
+        static LAST: Cell<Option<(usize, Ipv4IdentSearch)>> = const { Cell::new(None) };
+    }
+    if stored == computed {
+        return false;
+    }
+    let search = LAST.with(|last| match last.get() {
+        Some((len, s)) if len == roce_len => s,
+        _ => {
+            let s = Ipv4IdentIcrc::new(roce_len).search(udp::GSO_MAX_SEGMENTS as u16);
+            last.set(Some((roce_len, s)));
+            s
+        }
+    });
+    search.find(stored ^ computed).is_some()
 }
 
 /// Why a backend could not open a device, or an engine could not start. Each message
@@ -369,7 +387,30 @@ impl Backend for Detached {
 
 #[cfg(test)]
 mod tests {
-    use super::IcrcPolicy;
+    use super::{gso_segment, IcrcPolicy};
+    use uroce_wire::Ipv4IdentIcrc;
+
+    #[test]
+    fn gso_segments_are_found_whatever_length_came_before() {
+        // The per-thread search is for the last length seen: lengths that alternate, as a
+        // run's full segments and its shorter last one do, must each be searched with their
+        // own. `computed` stands for the ICRC with ID 0; the stored one is that of ID k.
+        let computed = 0x1234_5678;
+        for (len, k) in [(4112usize, 1u16), (4112, 63), (96, 5), (4112, 2), (96, 62)] {
+            let stored = computed ^ Ipv4IdentIcrc::new(len).change(0, k);
+            assert!(gso_segment(len, stored, computed), "len {len}, ID {k}");
+            // The same difference at the other length is no segment (but for a chance of
+            // about 64 in 2^32).
+            let other = if len == 96 { 4112 } else { 96 };
+            assert!(!gso_segment(other, stored, computed), "len {other}, ID {k}");
+        }
+        let beyond = computed ^ Ipv4IdentIcrc::new(4112).change(0, 64);
+        assert!(!gso_segment(4112, beyond, computed), "ID 64: beyond a run");
+        assert!(
+            !gso_segment(4112, computed, computed),
+            "ID 0 verified already"
+        );
+    }
 
     #[test]
     fn icrc_policies_parse_as_uroce_icrc_names_them() {

@@ -725,6 +725,9 @@ struct TxBatch {
     ident: Box<[u16]>,
     /// The device is IPv4: GSO segments need their ICRC set for their ID.
     v4: bool,
+    /// The ID changes of the last packet length whose ID was set (a run's full segments
+    /// share one), so that setting an ID costs XORs, not carry-less products.
+    ident_search: Option<(usize, uroce_wire::Ipv4IdentSearch)>,
     filled: usize,
 }
 
@@ -1011,6 +1014,7 @@ impl UdpSockets {
             ctrl: vec![0u64; b * TX_CTRL_WORDS].into_boxed_slice(),
             ident: vec![0; b].into_boxed_slice(),
             v4: addr.is_ipv4(),
+            ident_search: None,
             filled: 0,
         };
         let mut port_map = vec![0u16; 1 << 16].into_boxed_slice();
@@ -1556,7 +1560,6 @@ impl TxBatch {
     /// back). Changes only the 4 ICRC bytes of a slot whose ID changes.
     fn set_idents(&mut self, j: usize) {
         let (f, c) = (self.first[j], self.count[j]);
-        let mut shift: Option<(usize, Ipv4IdentIcrc)> = None;
         for k in 0..c {
             let i = self.order[f + k];
             let want = if c > 1 { k as u16 } else { 0 };
@@ -1565,15 +1568,18 @@ impl TxBatch {
             if have == want || len < ICRC_LEN {
                 continue;
             }
-            let delta = match shift {
+            let search = match self.ident_search {
                 Some((l, s)) if l == len => s,
                 _ => {
-                    let s = Ipv4IdentIcrc::new(len);
-                    shift = Some((len, s));
+                    let s = Ipv4IdentIcrc::new(len).search(GSO_MAX_SEGMENTS as u16);
+                    self.ident_search = Some((len, s));
                     s
                 }
-            }
-            .change(have, want);
+            };
+            // IDs stay below GSO_MAX_SEGMENTS, so the search always knows the change.
+            let delta = search
+                .change(have, want)
+                .unwrap_or_else(|| Ipv4IdentIcrc::new(len).change(have, want));
             let at = i * TX_BUF + len - ICRC_LEN;
             let icrc = &mut self.bufs[at..at + ICRC_LEN];
             let v = u32::from_le_bytes([icrc[0], icrc[1], icrc[2], icrc[3]]) ^ delta;
