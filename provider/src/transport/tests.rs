@@ -150,6 +150,31 @@ impl Side {
         sq_psn: u32,
         rq_psn: u32,
     ) {
+        self.connect_qp_rtr(qp, peer, peer_qpn, cfg, rq_psn);
+        let rts = QpAttr {
+            qp_state: QpState::Rts,
+            timeout: cfg.timeout,
+            retry_cnt: cfg.retry_cnt,
+            rnr_retry: cfg.rnr_retry,
+            sq_psn,
+            max_rd_atomic: cfg.max_rd_atomic,
+            ..QpAttr::default()
+        };
+        qp.modify(
+            &rts,
+            QpAttrMask::STATE
+                | QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::SQ_PSN
+                | QpAttrMask::MAX_QP_RD_ATOMIC,
+        )
+        .unwrap();
+    }
+
+    /// Takes `qp` to RTR only, receiving from QP `peer_qpn` of `peer` (a responder that
+    /// never sends requests, as perftest's server of a WRITE or READ test).
+    fn connect_qp_rtr(&self, qp: &QueuePair, peer: &Side, peer_qpn: u32, cfg: &Cfg, rq_psn: u32) {
         let init = QpAttr {
             qp_state: QpState::Init,
             qp_access_flags: ALL,
@@ -185,25 +210,6 @@ impl Side {
                 | QpAttrMask::RQ_PSN
                 | QpAttrMask::MAX_DEST_RD_ATOMIC
                 | QpAttrMask::MIN_RNR_TIMER,
-        )
-        .unwrap();
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
-            timeout: cfg.timeout,
-            retry_cnt: cfg.retry_cnt,
-            rnr_retry: cfg.rnr_retry,
-            sq_psn,
-            max_rd_atomic: cfg.max_rd_atomic,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &rts,
-            QpAttrMask::STATE
-                | QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::SQ_PSN
-                | QpAttrMask::MAX_QP_RD_ATOMIC,
         )
         .unwrap();
     }
@@ -278,10 +284,19 @@ struct Pair {
 
 impl Pair {
     fn new(cfg: Cfg) -> Pair {
+        Pair::connected(cfg, true)
+    }
+
+    /// [`Pair::new`], with b's QP left in RTR unless `b_rts`.
+    fn connected(cfg: Cfg, b_rts: bool) -> Pair {
         let a = Side::new("10.0.0.1", 1, &cfg);
         let b = Side::new("10.0.0.2", 2, &cfg);
         a.connect(&b, &cfg, cfg.a_psn, cfg.b_psn);
-        b.connect(&a, &cfg, cfg.b_psn, cfg.a_psn);
+        if b_rts {
+            b.connect(&a, &cfg, cfg.b_psn, cfg.a_psn);
+        } else {
+            b.connect_qp_rtr(&b.qp, &a, a.qp.qpn(), &cfg, cfg.a_psn);
+        }
         Pair {
             a,
             b,

@@ -22,6 +22,17 @@ fn deliver_wire(p: &mut Pair) {
     }
 }
 
+/// a posts a signaled 8-byte WRITE `wr_id` to the start of b's region with `rkey`.
+fn a_writes_to_b(p: &mut Pair, wr_id: u64, rkey: u32) {
+    let remote_addr = p.b.va(0);
+    p.a.post(
+        wr_id,
+        SendOp::RdmaWrite { remote_addr, rkey },
+        vec![p.a.sge(0, 8)],
+        SendFlags::SIGNALED,
+    );
+}
+
 /// What b put on the wire since `from` (an index into the log): opcode, PSN, syndrome.
 fn b_since(p: &Pair, from: usize) -> Vec<(Opcode, u32, Option<AethSyndrome>)> {
     p.log[from..]
@@ -242,15 +253,7 @@ fn responses_with_data_and_naks_are_not_held() {
 
     let mut p = pair();
     let rkey = p.b.mr.rkey() ^ 1;
-    p.a.post(
-        3,
-        SendOp::RdmaWrite {
-            remote_addr: p.b.va(0),
-            rkey,
-        },
-        vec![p.a.sge(0, 8)],
-        SendFlags::SIGNALED,
-    );
+    a_writes_to_b(&mut p, 3, rkey);
     p.pump();
     deliver_wire(&mut p);
     let from = p.log.len();
@@ -297,5 +300,33 @@ fn held_acks_are_released_for_the_last_send_and_by_destroy() {
     assert_eq!(
         b_since(&p, from),
         [(Opcode::RC_ACKNOWLEDGE, 101, Some(ACK))]
+    );
+}
+
+/// A responder whose QP is only in RTR (perftest's server of `ib_write_bw`: its `timeout`
+/// is 0, unset) holds an ACK for its delay, no longer: the device's next timer is the end
+/// of the delay, and when it fires the ACK goes.
+#[test]
+fn a_responder_in_rtr_holds_its_ack_for_the_delay_only() {
+    let mut p = Pair::connected(
+        Cfg {
+            ack_delay: Some(DELAY),
+            ..Cfg::default()
+        },
+        false,
+    );
+    let rkey = p.b.mr.rkey();
+    a_writes_to_b(&mut p, 1, rkey);
+    p.pump();
+    deliver_wire(&mut p);
+    let from = p.log.len();
+    assert_eq!(p.pump(), 0, "the ACK is held");
+    assert_eq!(p.b.dev.poll_timeout(), Some(p.now + DELAY));
+    p.now += DELAY;
+    p.b.dev.handle_timeout(p.now);
+    p.pump();
+    assert_eq!(
+        b_since(&p, from),
+        [(Opcode::RC_ACKNOWLEDGE, 100, Some(ACK))]
     );
 }
