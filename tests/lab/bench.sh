@@ -2,9 +2,10 @@
 # `make lab-bench`: uroce against Linux rxe on the same emulated machines, the lab's TCG
 # guests (one CPU each). Figures only: nothing is asserted.
 #
-# Each round boots the lab twice: two guests without rxe (RXELAB_RXE=0) running uroce from
-# a read-only share of the release build, then two guests with rxe. The same workloads run
-# on both, server in guest 1, client in guest 2: on uroce, `uroce perf` and, when the
+# Each round boots the lab three times: two guests without rxe (RXELAB_RXE=0) running uroce
+# from a read-only share of the release build, for `uroce perf` and again for perftest on
+# uroce's library, then two guests with rxe: each stack on freshly booted guests. The same
+# workloads run on all, server in guest 1, client in guest 2: on uroce, `uroce perf` and, when the
 # drop-in libibverbs is built, Debian's own perftest binaries through `uroce exec`; on rxe,
 # the same perftest binaries. Rounds alternate (RUNS, default 2, since the emulated guests
 # are noisy) and the table gives the median and the range of each figure with the ratio of
@@ -144,7 +145,14 @@ for R in $(seq 1 "$RUNS"); do
     RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
     run_floor
     run_workloads uroce-perf
-    [ $CABI = 1 ] && run_workloads uroce-ib
+    if [ $CABI = 1 ]; then
+        # Freshly booted guests for each stack, as rxe gets: in one boot the guests slow
+        # down as programs come and go (uroce-ib's latencies after uroce-perf's nine runs
+        # were 2x those of a fresh boot, 2026-12-03), which would be charged to uroce-ib.
+        bash "$LAB/down.sh" >/dev/null 2>&1
+        RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+        run_workloads uroce-ib
+    fi
     echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
     bash "$LAB/down.sh" >/dev/null 2>&1
     bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
