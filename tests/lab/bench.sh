@@ -146,9 +146,11 @@ for R in $(seq 1 "$RUNS"); do
     run_floor
     run_workloads uroce-perf
     if [ $CABI = 1 ]; then
-        # Freshly booted guests for each stack, as rxe gets: in one boot the guests slow
-        # down as programs come and go (uroce-ib's latencies after uroce-perf's nine runs
-        # were 2x those of a fresh boot, 2026-12-03), which would be charged to uroce-ib.
+        # Freshly booted guests for each stack, as rxe gets, so that each runs the same
+        # sequence of workloads from a fresh boot: in one boot the guests slow down as runs
+        # accumulate (ib_send_lat on uroce took 816-940 µs at the end of a boot's runs
+        # against 296-502 µs right after boot, 2026-12-03), and uroce-ib came after
+        # uroce-perf's nine.
         bash "$LAB/down.sh" >/dev/null 2>&1
         RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
         run_workloads uroce-ib
