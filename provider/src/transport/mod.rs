@@ -779,11 +779,14 @@ impl QueuePair {
                     tracing::trace!(len, retransmit, "request packet sent");
                     self.pace_sent(inner, now, len);
                     if let Some(t) = ack_timeout(a.timeout) {
-                        // A paced requester times its ACK from its last packet: the peer
-                        // cannot acknowledge what the pacer has not yet let out.
-                        if !inner.rc.timers.is_set(Timer::Retransmit) || inner.rc.cc.rp.is_paced() {
-                            inner.rc.timers.set(Timer::Retransmit, now + t);
-                        }
+                        // The ACK timer (IBTA §9.7.6.1.3) runs from the last request packet
+                        // sent. rxe starts it at the first and restarts it on progress only,
+                        // but it sends each packet as it builds it; uroce builds a step's
+                        // packets first and hands them to the kernel in batches, and the
+                        // peer cannot acknowledge what has not left: a window held back by
+                        // the pacer, or built slowly (the first step of an `ib_write_bw` in
+                        // an emulated guest took 60 ms of its 67 ms).
+                        inner.rc.timers.set(Timer::Retransmit, now + t);
                     }
                     sent = Some(len);
                 }

@@ -2129,3 +2129,27 @@ fn inline_send_does_not_check_the_l_key() {
     let err = p.a.qp.post_send(&[wr]).unwrap_err();
     assert_eq!(err.reason, crate::wr::WrError::InlineDataWithoutFlag);
 }
+
+/// The ACK timer (IBTA §9.7.6.1.3) runs from the last request packet sent: a second WRITE
+/// that leaves 10 ms after the first, before any ACK came, moves the deadline 10 ms on
+/// (rxe's would stay: it restarts the timer on progress only).
+#[test]
+fn the_ack_timer_runs_from_the_last_request_sent() {
+    let mut p = Pair::new(Cfg::default());
+    let t = crate::time::ack_timeout(Cfg::default().timeout).unwrap();
+    let (remote_addr, rkey) = (p.b.va(0), p.b.mr.rkey());
+    let write = |p: &mut Pair, wr_id| {
+        p.a.post(
+            wr_id,
+            SendOp::RdmaWrite { remote_addr, rkey },
+            vec![p.a.sge(0, 8)],
+            SendFlags::SIGNALED,
+        );
+        assert_eq!(p.pump(), 1);
+    };
+    write(&mut p, 1);
+    assert_eq!(p.a.dev.poll_timeout(), Some(p.now + t));
+    p.now += Duration::from_millis(10);
+    write(&mut p, 2);
+    assert_eq!(p.a.dev.poll_timeout(), Some(p.now + t));
+}
