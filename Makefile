@@ -9,6 +9,8 @@
 #                     short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
 #   make bench        throughput figures (not a test; numbers are printed, never asserted)
+#   make bench-instr  instructions and allocations per message in uroce's verbs (callgrind;
+#                     needs valgrind): the one figure the host's load does not move
 #   make lab-bench    uroce against rxe in the lab's guests, side by side (root; figures only)
 #   make lab-interop  interop matrix against Linux rxe in ../shared/rxe-lab (root; brings the
 #                     lab up and down; ~5-20 min; not part of `make test`)
@@ -27,7 +29,7 @@ FUZZ_TARGETS = $(shell sed -n 's/^name = "\(fuzz_[a-z0-9_]*\)"/\1/p' fuzz/Cargo.
 FUZZ_ENV = RUSTC_BOOTSTRAP=1
 FUZZ_FLAGS = --sanitizer none --release --debug-assertions
 
-.PHONY: all build cabi cabi-release bench-cabi test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench lab-conform demo clean
+.PHONY: all build cabi cabi-release bench-cabi bench-instr test fmt-check clippy unit-test fuzz-build fuzz-smoke fuzz bench lab-interop lab-bench lab-conform demo clean
 
 all: build
 
@@ -117,10 +119,16 @@ bench:
 	$(CARGO) bench -p uroce-provider --bench sim
 	$(CARGO) bench -p uroce-provider --bench loopback
 	$(MAKE) bench-cabi
+	$(MAKE) bench-instr
 
 # Debian's perftest on uroce's libibverbs.so.1 beside `uroce perf` (figures, not asserted).
 bench-cabi: cabi-release
 	bash verbs-api/ibverbs/bench.sh
+
+# ib_send_lat and ib_write_bw on uroce's libibverbs.so.1, the client under callgrind:
+# instructions per message in uroce's verbs, which compare builds on a noisy host.
+bench-instr: cabi-release
+	bash verbs-api/ibverbs/instr.sh
 
 # The main job on a fresh machine: an RC pingpong between 127.0.0.1 and 127.0.0.2.
 demo:

@@ -340,7 +340,7 @@ impl Target for SimTarget {
     fn post_recv(&mut self, wr_id: u64, mr: &Mr, offset: u64, len: u32) -> TargetResult<()> {
         let wr = RecvWr {
             wr_id,
-            sg_list: vec![Sge {
+            sg_list: uroce_provider::sg_list![Sge {
                 addr: mr.addr.wrapping_add(offset),
                 length: len,
                 lkey: mr.lkey,

@@ -601,7 +601,7 @@ fn send_lat(a_addr: &str, b_addr: &str, progress: Progress) -> (f64, f64) {
     let recv = |d: &Dev, qp: &QueuePair| {
         qp.post_recv(&[RecvWr {
             wr_id: 2,
-            sg_list: vec![Sge {
+            sg_list: uroce_provider::sg_list![Sge {
                 addr: d.mr.addr() + 64,
                 length: 64,
                 lkey: d.mr.lkey(),

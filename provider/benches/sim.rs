@@ -78,6 +78,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
         .map_or(Duration::from_millis(1500), Duration::from_secs_f64);
+    // UROCE_BENCH_SIZE=64: that message size only (to profile one row).
+    let only = std::env::var("UROCE_BENCH_SIZE")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok());
     println!("simulated fabric: RDMA WRITE throughput, one thread, perfect link, wall clock");
     println!(
         "{:>8} {:>5} {:>9} {:>10} {:>12} {:>8} {:>12} {:>9} {:>10}",
@@ -85,6 +89,9 @@ fn main() {
     );
     for mtu in [Mtu::Mtu1024, Mtu::Mtu4096] {
         for size in [64usize, 4 << 10, 64 << 10, 1 << 20] {
+            if only.is_some_and(|o| o != size) {
+                continue;
+            }
             let r = run(size, mtu, budget);
             let s = r.wall.as_secs_f64();
             println!(

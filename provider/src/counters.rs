@@ -6,6 +6,7 @@
 //! total of a counter is at least the sum over its live QPs. Counters that only the
 //! device can see (ICRC drops, malformed or unknown-QPN packets) stay 0 in a QP's copy.
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 macro_rules! counters {
@@ -155,20 +156,23 @@ const _: () = assert!(Counter::COUNT <= 64);
 
 /// Counts gathered while one packet, transmit or timer is handled, added to a QP's and
 /// its device's counters at once ([`Tally::for_each`]). It remembers which counters it
-/// touched, so adding it visits those few and not all [`Counter::COUNT`].
+/// touched, so adding it visits those few and not all [`Counter::COUNT`]; and only those
+/// are ever written, so a new tally costs no zeroing of [`Counter::COUNT`] words (one is
+/// made for every packet sent and received).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Tally {
     /// Bit `c as usize` is set once counter `c` got a nonzero addition.
     touched: u64,
-    /// The counts, by `Counter as usize`; only touched ones are nonzero.
-    n: [u64; Counter::COUNT],
+    /// The counts, by `Counter as usize`; a count is written (initialised) exactly when
+    /// its bit in `touched` is set.
+    n: [MaybeUninit<u64>; Counter::COUNT],
 }
 
 impl Default for Tally {
     fn default() -> Self {
         Tally {
             touched: 0,
-            n: [0; Counter::COUNT],
+            n: [MaybeUninit::uninit(); Counter::COUNT],
         }
     }
 }
@@ -178,8 +182,15 @@ impl Tally {
     pub(crate) fn add(&mut self, c: Counter, n: u64) {
         if n != 0 {
             let i = c as usize;
-            self.n[i] = self.n[i].wrapping_add(n);
-            self.touched |= 1 << i;
+            let bit = 1u64 << i;
+            let sum = if self.touched & bit != 0 {
+                // SAFETY: the bit is set, so `n[i]` was written.
+                unsafe { self.n[i].assume_init() }.wrapping_add(n)
+            } else {
+                n
+            };
+            self.n[i].write(sum);
+            self.touched |= bit;
         }
     }
 
@@ -190,8 +201,10 @@ impl Tally {
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
-            if self.n[i] != 0 {
-                f(Counter::ALL[i], self.n[i]);
+            // SAFETY: bit `i` of `touched` is set, so `n[i]` was written.
+            let v = unsafe { self.n[i].assume_init() };
+            if v != 0 {
+                f(Counter::ALL[i], v);
             }
         }
     }

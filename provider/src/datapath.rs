@@ -257,18 +257,22 @@ impl Datapath {
 
     /// Records the next deadline of `qpn` (`None`: no timer running).
     pub(crate) fn set_deadline(&self, qpn: u32, at: Option<Instant>) {
-        let mut s = self.sched.lock();
-        let old = s.deadline.get(&qpn).copied();
-        if old == at {
-            return;
-        }
+        let mut guard = self.sched.lock();
+        let s = &mut *guard;
+        // One lookup of `deadline` whatever changes (this runs for most packets sent and
+        // received: a request restarts its QP's ACK timer, an ACK stops it).
+        let old = match at {
+            Some(d) => match s.deadline.insert(qpn, d) {
+                Some(old) if old == d => return,
+                old => {
+                    s.timers.insert((d, qpn));
+                    old
+                }
+            },
+            None => s.deadline.remove(&qpn),
+        };
         if let Some(d) = old {
             s.timers.remove(&(d, qpn));
-            s.deadline.remove(&qpn);
-        }
-        if let Some(d) = at {
-            s.timers.insert((d, qpn));
-            s.deadline.insert(qpn, d);
         }
     }
 

@@ -288,7 +288,7 @@ impl RecvBuf {
         RecvWqe {
             wr: RecvWr {
                 wr_id,
-                sg_list: Vec::new(),
+                sg_list: Default::default(),
             },
             index,
             buf: Some(self),

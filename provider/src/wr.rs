@@ -20,6 +20,38 @@ pub struct Sge {
     pub lkey: u32,
 }
 
+/// SGEs a [`SgList`] holds in place: a WR of up to this many SGEs is posted, queued and
+/// completed without an allocation. Most programs post one.
+pub const SG_IN_PLACE: usize = 2;
+
+/// A WR's scatter/gather list (`sg_list` and `num_sge` of `struct ibv_send_wr` and
+/// `struct ibv_recv_wr`): a [`SmallVec`](smallvec::SmallVec) that keeps up to
+/// [`SG_IN_PLACE`] SGEs in the WR itself and spills to the heap beyond. Make one from a
+/// `Vec` or an array with `.into()`, with [`sg_list!`](crate::sg_list) (as `vec!`), or with
+/// `collect()`; it derefs to `[Sge]`.
+pub type SgList = smallvec::SmallVec<[Sge; SG_IN_PLACE]>;
+
+/// Bytes of inline data an [`InlineData`] holds in place (an 8-byte `ib_send_lat` SEND
+/// fits); longer inline data, up to the QP's `max_inline_data`, spills to the heap.
+pub const INLINE_IN_PLACE: usize = 64;
+
+/// The bytes of an INLINE send WR ([`SendWr::inline_data`]): a
+/// [`SmallVec`](smallvec::SmallVec) of up to [`INLINE_IN_PLACE`] bytes in place. Make one
+/// from a `Vec<u8>` or a `&[u8]` with `.into()`; it derefs to `[u8]`.
+pub type InlineData = smallvec::SmallVec<[u8; INLINE_IN_PLACE]>;
+
+/// An [`SgList`] of the SGEs given, as `vec!` makes a `Vec`: `sg_list![]`,
+/// `sg_list![a, b]`, `sg_list![sge; n]`.
+#[macro_export]
+macro_rules! sg_list {
+    ($($t:tt)*) => {
+        $crate::wr::__smallvec::smallvec![$($t)*]
+    };
+}
+
+#[doc(hidden)]
+pub use smallvec as __smallvec;
+
 bitflags! {
     /// Send flags (`enum ibv_send_flags`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -289,7 +321,7 @@ pub struct SendWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Local data.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// Operation and operands.
     pub op: SendOp,
     /// Flags.
@@ -303,15 +335,15 @@ pub struct SendWr {
     /// addresses. `None` with INLINE: the bytes are copied at post time from the SGEs,
     /// each through the region its L_Key names (the only way safe Rust reaches memory).
     /// Refused without INLINE ([`WrError::InlineDataWithoutFlag`]).
-    pub inline_data: Option<Vec<u8>>,
+    pub inline_data: Option<InlineData>,
 }
 
 impl SendWr {
     /// A signaled WR of `op` over `sg_list`.
-    pub fn new(wr_id: u64, op: SendOp, sg_list: Vec<Sge>) -> SendWr {
+    pub fn new(wr_id: u64, op: SendOp, sg_list: impl Into<SgList>) -> SendWr {
         SendWr {
             wr_id,
-            sg_list,
+            sg_list: sg_list.into(),
             op,
             flags: SendFlags::SIGNALED,
             ud: None,
@@ -321,11 +353,11 @@ impl SendWr {
 
     /// A signaled INLINE SEND-class WR of `op` carrying `data` (see
     /// [`SendWr::inline_data`]): no region is needed.
-    pub fn inline(wr_id: u64, op: SendOp, data: Vec<u8>) -> SendWr {
+    pub fn inline(wr_id: u64, op: SendOp, data: impl Into<InlineData>) -> SendWr {
         SendWr {
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
-            inline_data: Some(data),
-            ..SendWr::new(wr_id, op, Vec::new())
+            inline_data: Some(data.into()),
+            ..SendWr::new(wr_id, op, SgList::new())
         }
     }
 
@@ -345,7 +377,7 @@ pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where received data goes.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 /// Why a work request was refused at post time.
@@ -504,7 +536,7 @@ pub struct SendWqe {
     /// Whether it produces a completion on success (`SIGNALED` or `sq_sig_all`).
     pub signaled: bool,
     /// The data of an `INLINE` WR, copied at post time.
-    pub inline_data: Option<Vec<u8>>,
+    pub inline_data: Option<InlineData>,
 }
 
 /// A posted receive WR as the responder will consume it.

@@ -145,7 +145,7 @@ fn send_write_read(a: &End, b: &End, sends: usize, len: usize) {
     for i in 0..sends {
         b.qp.post_recv(&[RecvWr {
             wr_id: i as u64,
-            sg_list: vec![sge(b, (i % 8) * 4096, 4096)],
+            sg_list: uroce_provider::sg_list![sge(b, (i % 8) * 4096, 4096)],
         }])
         .unwrap();
     }

@@ -94,7 +94,7 @@ fn write_and_send(x: &UdpDev, y: &UdpDev) {
     b.mr.write(0, &vec![0u8; MR_LEN]).unwrap();
     b.qp.post_recv(&[RecvWr {
         wr_id: 2,
-        sg_list: vec![sge(&b, 0, MR_LEN)],
+        sg_list: uroce_provider::sg_list![sge(&b, 0, MR_LEN)],
     }])
     .unwrap();
     a.qp.post_send(&[SendWr::new(3, SendOp::Send, vec![sge(&a, 0, len)])])

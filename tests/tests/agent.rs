@@ -189,7 +189,7 @@ fn agent_drives_an_rc_qp_on_uroce_libibverbs() {
     c.mr_write(mr.id, 8192, &msg).unwrap();
     l.qp.post_recv(&[RecvWr {
         wr_id: 2,
-        sg_list: vec![l.mr.sge(0, 8192)],
+        sg_list: uroce_verbs::sg_list![l.mr.sge(0, 8192)],
     }])
     .unwrap();
     c.post_send(&PostSend::new(

@@ -216,7 +216,7 @@ fn srq_max_wr_and_max_sge_are_validated() {
     .unwrap();
     let wr = |n: usize| RecvWr {
         wr_id: 0,
-        sg_list: vec![s.b.sge(0, 64); n],
+        sg_list: uroce_provider::sg_list![s.b.sge(0, 64); n],
     };
     let e = srq.post_recv(&[wr(2)]).unwrap_err();
     assert!(matches!(e.reason, WrError::TooManySge { num: 2, max: 1 }));
@@ -301,7 +301,7 @@ fn rc_uc_and_ud_qps_share_one_srq() {
         for slot in 0..3u64 {
             srq.post_recv(&[RecvWr {
                 wr_id: slot,
-                sg_list: vec![Sge {
+                sg_list: uroce_provider::sg_list![Sge {
                     addr: side_b.mr.addr() + slot * 2048,
                     length: 2048,
                     lkey: side_b.mr.lkey(),

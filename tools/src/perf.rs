@@ -478,7 +478,7 @@ impl Side {
         let wrs: Vec<RecvWr> = (0..n)
             .map(|_| RecvWr {
                 wr_id: KIND_RECV | i as u64,
-                sg_list: vec![sge],
+                sg_list: uroce_verbs::sg_list![sge],
             })
             .collect();
         self.qps[i]

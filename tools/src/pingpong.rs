@@ -344,7 +344,7 @@ impl Side {
         let wrs: Vec<RecvWr> = (0..n)
             .map(|_| RecvWr {
                 wr_id: RECV | ((i as u64) << 8),
-                sg_list: vec![self.mr.sge(0, len)],
+                sg_list: uroce_verbs::sg_list![self.mr.sge(0, len)],
             })
             .collect();
         let r = match &self.srq {

@@ -173,7 +173,7 @@ impl Ends {
         self.qp
             .post_recv(&[RecvWr {
                 wr_id: 0,
-                sg_list: vec![self.recv.sge(0, INFO_LEN as u32)],
+                sg_list: uroce_verbs::sg_list![self.recv.sge(0, INFO_LEN as u32)],
             }])
             .map_err(|e| format!("ibv_post_recv: {e}"))
     }

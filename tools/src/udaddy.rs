@@ -121,7 +121,7 @@ fn node(id: &CmId, a: &UdaddyArgs) -> Result<Node, Fail> {
     for _ in 0..a.count {
         qp.post_recv(&[RecvWr {
             wr_id: 0,
-            sg_list: vec![mr.sge(0, a.size + GRH)],
+            sg_list: uroce_verbs::sg_list![mr.sge(0, a.size + GRH)],
         }])
         .map_err(|e| format!("ibv_post_recv: {e}"))?;
     }

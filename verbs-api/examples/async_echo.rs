@@ -62,7 +62,7 @@ impl Side {
         let sge = self.mr.sge(0, MAX_MSG as u32);
         Ok(self.qp.recv(RecvWr {
             wr_id,
-            sg_list: vec![sge],
+            sg_list: uroce_verbs::sg_list![sge],
         })?)
     }
 

@@ -41,11 +41,11 @@ fn run() -> Result<(), String> {
     qb.post_recv(&[
         RecvWr {
             wr_id: 10,
-            sg_list: vec![mb.sge(0, 2048)],
+            sg_list: uroce_verbs::sg_list![mb.sge(0, 2048)],
         },
         RecvWr {
             wr_id: 11,
-            sg_list: vec![mb.sge(2048, 2048)],
+            sg_list: uroce_verbs::sg_list![mb.sge(2048, 2048)],
         },
     ])
     .map_err(|b| b.to_string())?;

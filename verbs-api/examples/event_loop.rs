@@ -47,7 +47,7 @@ fn run() -> Result<(), String> {
     let recvs: Vec<RecvWr> = (0..MESSAGES)
         .map(|i| RecvWr {
             wr_id: i,
-            sg_list: vec![mb.sge(i * 64, 64)],
+            sg_list: uroce_verbs::sg_list![mb.sge(i * 64, 64)],
         })
         .collect();
     qb.post_recv(&recvs).map_err(|b| b.to_string())?;

@@ -60,7 +60,7 @@ fn side(ctx: Context, tcp: TcpStream, server: bool) -> Result<(), String> {
     // Receives may be posted from INIT on: post one before the peer can send.
     qp.post_recv(&[RecvWr {
         wr_id: 1,
-        sg_list: vec![mr.sge(2048, 2048)],
+        sg_list: uroce_verbs::sg_list![mr.sge(2048, 2048)],
     }])
     .map_err(|b| b.to_string())?;
 

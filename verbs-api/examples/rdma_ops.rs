@@ -78,7 +78,7 @@ fn server(ip: IpAddr) -> Result<(), String> {
     connect::to_init(qp, &opts).map_err(e)?;
     qp.post_recv(&[RecvWr {
         wr_id: 1,
-        sg_list: Vec::new(),
+        sg_list: Default::default(),
     }])
     .map_err(|b| b.to_string())?;
     // When this returns, both QPs are in RTS.

@@ -64,7 +64,7 @@ fn run() -> Result<(), String> {
                 next_slot += 1;
                 RecvWr {
                     wr_id: slot,
-                    sg_list: vec![pool.sge(slot * SIZE, SIZE as u32)],
+                    sg_list: uroce_verbs::sg_list![pool.sge(slot * SIZE, SIZE as u32)],
                 }
             })
             .collect();

@@ -9,15 +9,7 @@ N=${1:-5000}
 [ -x /usr/bin/ib_write_bw ] || { echo "bench-cabi: skipped: perftest not installed (apt-get install perftest)"; exit 0; }
 [ -f target/release/uroce-lib/libibverbs.so.1 ] || { echo "bench-cabi: run make cabi-release first"; exit 1; }
 
-# Waits (bounded) until a TCP socket listens on port $1.
-listening() {
-    local hex; hex=$(printf ':%04X ' "$1")
-    for _ in $(seq 1 2000); do
-        if grep -q "$hex[0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; then return 0; fi
-        sleep 0.005
-    done
-    echo "nothing listens on port $1" >&2; return 1
-}
+source verbs-api/ibverbs/listening.sh
 
 # row PORT SERVER_CMD... :: CLIENT_CMD...: runs the pair, prints the client's result row.
 row() {

@@ -65,7 +65,7 @@
 //!                     | QpAttrMask::MAX_QP_RD_ATOMIC)?;
 //! }
 //! let (a, b) = (&ends[0], &ends[1]);
-//! b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![b.mr.sge(0, 4096)] }])?;
+//! b.qp.post_recv(&[RecvWr { wr_id: 7, sg_list: uroce_verbs::sg_list![b.mr.sge(0, 4096)] }])?;
 //! a.mr.write(0, b"hello")?;
 //! a.qp.post_send(&[SendWr::new(1, SendOp::Send, vec![a.mr.sge(0, 5)])])?;
 //! // Poll the receiver's CQ (on the simulator, polling also moves the virtual clock).
@@ -171,6 +171,7 @@ pub use uroce_provider::mr::{AccessFault, AccessFlags};
 pub use uroce_provider::mw::{BindError, InvalidateError, MwType};
 pub use uroce_provider::qp::attr::{MigState, ModifyQpError, QpAttr, QpCap};
 pub use uroce_provider::recv_buf::{PostBufError, RecvBuf, RecvPool, BUF_ALIGN};
+pub use uroce_provider::sg_list;
 /// The simulated fabric as a backend (open devices with [`Device::open_on`]; polling a
 /// CQ drives the fabric's virtual clock).
 pub use uroce_provider::sim::{Fabric, LinkConfig, SimBackend};
@@ -178,7 +179,8 @@ pub use uroce_provider::srq::{SrqAttr, SrqAttrMask};
 pub use uroce_provider::transport::ud::{grh_source, GRH_LEN};
 pub use uroce_provider::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use uroce_provider::wr::{
-    BadWr, FlushLevel, FlushType, RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WrError,
+    BadWr, FlushLevel, FlushType, InlineData, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge,
+    UdDest, WrError, INLINE_IN_PLACE, SG_IN_PLACE,
 };
 pub use uroce_provider::Error as VerbsError;
 pub use uroce_provider::Resource;

@@ -413,7 +413,7 @@ impl Conn {
         let wrs: Vec<RecvWr> = (0..n)
             .map(|_| RecvWr {
                 wr_id: WR_ID_RECV,
-                sg_list: Vec::new(),
+                sg_list: Default::default(),
             })
             .collect();
         self.qp.post_recv(&wrs).map_err(|b| err(b.reason.errno()))
@@ -593,7 +593,7 @@ impl Inner {
             };
             let wr = SendWr {
                 flags: SendFlags::SIGNALED | SendFlags::INLINE,
-                inline_data: Some(grant.to_bytes(c.peer_big_endian).to_vec()),
+                inline_data: Some(grant.to_bytes(c.peer_big_endian)[..].into()),
                 ..SendWr::new(
                     u64::from(credits),
                     SendOp::RdmaWriteWithImm {
@@ -1439,7 +1439,7 @@ fn write_data(c: &mut Conn, sizes: &Sizes, chunk: &[u8], target: RsSge) -> io::R
     let wr = if len <= sizes.inline {
         SendWr {
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
-            inline_data: Some(chunk.to_vec()),
+            inline_data: Some(chunk.into()),
             ..SendWr::new(u64::from(m), op, Vec::new())
         }
     } else {

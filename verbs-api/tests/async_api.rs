@@ -118,7 +118,7 @@ async fn completion_stream_yields_every_receive_and_sleeps_between() {
     let recvs: Vec<RecvWr> = (0..N)
         .map(|i| RecvWr {
             wr_id: i,
-            sg_list: vec![mb.sge(i * 64, 64)],
+            sg_list: uroce_verbs::sg_list![mb.sge(i * 64, 64)],
         })
         .collect();
     qb.post_recv(&recvs).unwrap();
@@ -177,13 +177,13 @@ async fn each_awaited_wr_gets_its_own_completion_after_an_async_connect() {
     let r1 =
         b.qp.recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![b.mr.sge(0, 64)],
+            sg_list: uroce_verbs::sg_list![b.mr.sge(0, 64)],
         })
         .unwrap();
     let r2 =
         b.qp.recv(RecvWr {
             wr_id: 2,
-            sg_list: vec![b.mr.sge(64, 64)],
+            sg_list: uroce_verbs::sg_list![b.mr.sge(64, 64)],
         })
         .unwrap();
     let (mut sa, mut sb) = tokio::io::duplex(256);

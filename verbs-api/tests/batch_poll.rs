@@ -41,7 +41,7 @@ fn a_batch_posts_in_order_and_the_cursor_lends_each_completion_once() {
     for i in 0..3 {
         b.qp.post_recv(&[RecvWr {
             wr_id: 10 + i,
-            sg_list: vec![b.mr.sge(64 * i, 64)],
+            sg_list: uroce_verbs::sg_list![b.mr.sge(64 * i, 64)],
         }])
         .unwrap();
     }

@@ -155,7 +155,7 @@ impl Link {
         self.b
             .post_recv(&[RecvWr {
                 wr_id,
-                sg_list: vec![self.bmr.sge(0, 64)],
+                sg_list: uroce_verbs::sg_list![self.bmr.sge(0, 64)],
             }])
             .unwrap();
     }

@@ -75,7 +75,7 @@ fn both_qps_reach_rts_and_a_write_then_send_works_at_once() {
     connect::to_init(&b.qp, &RcOptions::default()).unwrap();
     b.qp.post_recv(&[RecvWr {
         wr_id: 9,
-        sg_list: vec![b.mr.sge(0, 64)],
+        sg_list: uroce_verbs::sg_list![b.mr.sge(0, 64)],
     }])
     .unwrap();
     let ob = RcOptions {

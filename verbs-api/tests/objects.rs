@@ -363,7 +363,7 @@ fn posting_rules_and_bad_wr_index() {
     let send = |id| SendWr::new(id, SendOp::Send, vec![mr.sge(0, 16)]);
     let recv = |id| RecvWr {
         wr_id: id,
-        sg_list: vec![mr.sge(0, 16)],
+        sg_list: uroce_verbs::sg_list![mr.sge(0, 16)],
     };
 
     // RESET: nothing can be posted.
@@ -400,7 +400,7 @@ fn posting_rules_and_bad_wr_index() {
         recv(3),
         RecvWr {
             wr_id: 4,
-            sg_list: vec![mr.sge(0, 1); 3],
+            sg_list: uroce_verbs::sg_list![mr.sge(0, 1); 3],
         },
         recv(5),
     ];
@@ -415,7 +415,7 @@ fn posting_rules_and_bad_wr_index() {
     let bad = qp
         .post_recv(&[RecvWr {
             wr_id: 9,
-            sg_list: vec![foreign.sge(0, 8)],
+            sg_list: uroce_verbs::sg_list![foreign.sge(0, 8)],
         }])
         .unwrap_err();
     assert!(matches!(
@@ -572,7 +572,7 @@ fn completion_channel_fd_wakes_on_armed_cq() {
     // Not armed: a completion does not wake the channel.
     qp.post_recv(&[RecvWr {
         wr_id: 1,
-        sg_list: vec![mr.sge(0, 8)],
+        sg_list: uroce_verbs::sg_list![mr.sge(0, 8)],
     }])
     .unwrap();
     to_err(&qp);
@@ -581,7 +581,7 @@ fn completion_channel_fd_wakes_on_armed_cq() {
     cq.req_notify_cq(false);
     qp.post_recv(&[RecvWr {
         wr_id: 2,
-        sg_list: vec![],
+        sg_list: uroce_verbs::sg_list![],
     }])
     .unwrap();
     assert!(readable(5000));
@@ -590,7 +590,7 @@ fn completion_channel_fd_wakes_on_armed_cq() {
     // One event per arming.
     qp.post_recv(&[RecvWr {
         wr_id: 3,
-        sg_list: vec![],
+        sg_list: uroce_verbs::sg_list![],
     }])
     .unwrap();
     assert!(ch.try_get_cq_event().is_none());
@@ -615,7 +615,7 @@ fn completion_channel_fd_wakes_on_armed_cq() {
     cq2.req_notify_cq(true);
     qp2.post_recv(&[RecvWr {
         wr_id: 4,
-        sg_list: vec![],
+        sg_list: uroce_verbs::sg_list![],
     }])
     .unwrap();
     let ev2 = ch.get_cq_event().unwrap();
@@ -628,7 +628,7 @@ fn completion_channel_fd_wakes_on_armed_cq() {
     cq2.req_notify_cq(false);
     qp2.post_recv(&[RecvWr {
         wr_id: 5,
-        sg_list: vec![],
+        sg_list: uroce_verbs::sg_list![],
     }])
     .unwrap();
     assert!(readable(5000), "the flush's event is waiting");
@@ -669,7 +669,7 @@ fn srq_rules_and_limit_event() {
         .unwrap();
     let r = |id| RecvWr {
         wr_id: id,
-        sg_list: vec![],
+        sg_list: uroce_verbs::sg_list![],
     };
     assert_eq!(
         srq.post_recv(&[r(1), r(2), r(3), r(4), r(5)]).unwrap_err(),

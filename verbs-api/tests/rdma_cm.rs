@@ -105,7 +105,7 @@ fn rc_connects_with_private_data_moves_data_and_disconnects_both_sides() {
     let c = make_qp(&cid, QpType::Rc);
     c.qp.post_recv(&[RecvWr {
         wr_id: 1,
-        sg_list: vec![c.mr.sge(0, 64)],
+        sg_list: uroce_verbs::sg_list![c.mr.sge(0, 64)],
     }])
     .unwrap();
     // The client offers its MR in the private data, as rping-style programs do.
@@ -278,7 +278,7 @@ fn ud_ids_resolve_the_peer_qp_by_sidr_and_exchange_a_datagram() {
     let s = make_qp(&req.id, QpType::Ud);
     s.qp.post_recv(&[RecvWr {
         wr_id: 9,
-        sg_list: vec![s.mr.sge(0, 40 + 64)],
+        sg_list: uroce_verbs::sg_list![s.mr.sge(0, 40 + 64)],
     }])
     .unwrap();
     req.id.accept(None).unwrap();

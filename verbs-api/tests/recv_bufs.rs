@@ -503,7 +503,7 @@ fn ordinary_sges_cannot_name_a_pools_region() {
     let bad =
         e.qp.post_recv(&[RecvWr {
             wr_id: 1,
-            sg_list: vec![sge],
+            sg_list: uroce_verbs::sg_list![sge],
         }])
         .unwrap_err();
     assert!(names_a_pool(&bad.reason), "{bad}");

@@ -152,7 +152,7 @@ fn send_write_read(a: &End, b: &End) {
     a.mr.write(0, &msg).unwrap();
     b.qp.post_recv(&[RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 16384)],
+        sg_list: uroce_verbs::sg_list![b.mr.sge(0, 16384)],
     }])
     .unwrap();
     a.qp.post_send(&[SendWr::new(

@@ -13,7 +13,9 @@ use crate::mr::{AccessFault, AccessFlags};
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 use crate::wc::{WcOpcode, WorkCompletion};
-use crate::wr::{BadWr, RecvWqe, RecvWr, SendFlags, SendOp, SendWqe, SendWr, Sge, WrError};
+use crate::wr::{
+    BadWr, InlineData, RecvWqe, RecvWr, SendFlags, SendOp, SendWqe, SendWr, Sge, WrError,
+};
 use attr::{ModifyQpError, QpAttr, QpCap};
 use parking_lot::Mutex;
 use state::{check_mask, QpAttrMask, QpState, QpType};
@@ -522,8 +524,8 @@ impl QueuePair {
     /// regions the SGEs' L_Keys name (bounds checked, not rights: IBTA and
     /// `ibv_post_send(3)` take inline data as the caller's own memory). A region
     /// deregistered meanwhile is refused like an unknown key.
-    fn read_inline(&self, sges: &[Sge]) -> Result<Vec<u8>, WrError> {
-        let mut data = Vec::new();
+    fn read_inline(&self, sges: &[Sge]) -> Result<InlineData, WrError> {
+        let mut data = InlineData::new();
         for (i, s) in sges.iter().enumerate().filter(|(_, s)| s.length > 0) {
             let fault = |fault| WrError::InlineSge { sge: i, fault };
             let mr = self
@@ -552,7 +554,7 @@ impl QueuePair {
         state: QpState,
         queued: usize,
         wr: &SendWr,
-    ) -> Result<Option<Vec<u8>>, WrError> {
+    ) -> Result<Option<InlineData>, WrError> {
         if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
             return Err(WrError::QpState {
                 what: "send",

@@ -272,7 +272,7 @@ impl World {
         let slot = RECV_SLOTS[(self.next_recv % RECV_SLOTS.len() as u64) as usize];
         let wr = RecvWr {
             wr_id: self.next_recv,
-            sg_list: vec![self.sge(slot, RECV_LEN)],
+            sg_list: crate::sg_list![self.sge(slot, RECV_LEN)],
         };
         if self.qp.post_recv(&[wr]).is_ok() {
             self.next_recv += 1;

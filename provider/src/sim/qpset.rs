@@ -426,7 +426,7 @@ impl Side {
     pub fn recv(&self, qp: usize, wr_id: u64, offset: u64, len: u32) -> Result<(), BadWr> {
         let wr = RecvWr {
             wr_id,
-            sg_list: vec![self.sge(offset, len)],
+            sg_list: crate::sg_list![self.sge(offset, len)],
         };
         match &self.srq {
             Some(srq) => srq.post_recv(&[wr]),

@@ -316,7 +316,7 @@ impl RcEnd {
     pub fn recv(&self, wr_id: u64, offset: u64, len: u32) -> Result<(), BadWr> {
         self.qp.post_recv(&[RecvWr {
             wr_id,
-            sg_list: vec![self.sge(offset, len)],
+            sg_list: crate::sg_list![self.sge(offset, len)],
         }])
     }
 

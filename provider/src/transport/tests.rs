@@ -121,7 +121,7 @@ impl Side {
         self.qp
             .post_recv(&[RecvWr {
                 wr_id,
-                sg_list: vec![self.sge(off, len)],
+                sg_list: crate::sg_list![self.sge(off, len)],
             }])
             .unwrap();
     }
@@ -1742,7 +1742,7 @@ fn send_into_a_receive_buffer_deregistered_while_posted_is_loc_prot_err() {
     p.b.qp
         .post_recv(&[RecvWr {
             wr_id: 9,
-            sg_list: vec![Sge {
+            sg_list: crate::sg_list![Sge {
                 addr: region.addr(),
                 length: 256,
                 lkey: region.lkey(),
@@ -2080,7 +2080,7 @@ fn inline_send_does_not_check_the_l_key() {
     p.b.post_recv(1, 0, 64);
     p.b.post_recv(2, 64, 64);
     let mut wr = SendWr::inline(1, SendOp::Send, b"inline bytes".to_vec());
-    wr.sg_list = vec![Sge {
+    wr.sg_list = crate::sg_list![Sge {
         addr: 0x1000,
         length: 12,
         lkey: 0,

@@ -13,8 +13,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use uroce_verbs::{
-    AsyncEvent, CompChannel, Context, Cq, Device, Mr, Mw, MwBindInfo, MwType, Pd, Qp, QpInitAttr,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, Sge, Srq, SrqAttr, SrqAttrMask, WorkCompletion,
+    AsyncEvent, CompChannel, Context, Cq, Device, InlineData, Mr, Mw, MwBindInfo, MwType, Pd, Qp,
+    QpInitAttr, QpType, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, Srq, SrqAttr, SrqAttrMask,
+    WorkCompletion,
 };
 
 const EINVAL: Errno = Errno(libc::EINVAL);
@@ -1181,7 +1182,16 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
         if want > 0 && wc.is_null() {
             return Err(EINVAL);
         }
-        let mut buf = [WorkCompletion::default(); 16];
+        // A latency loop polls for one completion at a time: it gets a buffer of one, and
+        // the 16 of a batch (768 bytes to initialise) only when it asks for more.
+        let mut one = [WorkCompletion::default(); 1];
+        let mut many;
+        let buf: &mut [WorkCompletion] = if want <= 1 {
+            &mut one
+        } else {
+            many = [WorkCompletion::default(); 16];
+            &mut many
+        };
         let mut done = 0;
         while done < want {
             let chunk = (want - done).min(buf.len());
@@ -1659,10 +1669,10 @@ pub(crate) unsafe fn sges(
     sg_list: *const ibv_sge,
     num_sge: c_int,
     max_sge: u32,
-) -> Result<Vec<Sge>, Errno> {
+) -> Result<SgList, Errno> {
     let n = usize::try_from(num_sge).map_err(|_| EINVAL)?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(SgList::new());
     }
     if n > max_sge as usize || sg_list.is_null() {
         return Err(EINVAL);
@@ -1772,10 +1782,10 @@ pub(crate) unsafe fn inline_bytes(
     flags: SendFlags,
     sg_list: &[Sge],
     max_inline: u32,
-) -> Option<Vec<u8>> {
+) -> Option<InlineData> {
     let total: u64 = sg_list.iter().map(|s| u64::from(s.length)).sum();
     (flags.contains(SendFlags::INLINE) && total <= u64::from(max_inline)).then(|| {
-        let mut data = Vec::with_capacity(total as usize);
+        let mut data = InlineData::with_capacity(total as usize);
         for s in sg_list.iter().filter(|s| s.length > 0) {
             // SAFETY: readable per the contract.
             data.extend_from_slice(unsafe {
@@ -1803,7 +1813,8 @@ unsafe fn post_chain<C, R>(
     convert: impl Fn(&C) -> Result<R, Errno>,
     post: impl Fn(&[R]) -> Result<(), uroce_verbs::BadWr>,
 ) -> Result<c_int, Errno> {
-    let mut batch: Vec<R> = Vec::new();
+    // On the stack: a post allocates nothing for its batch.
+    let mut batch: smallvec::SmallVec<[R; BATCH]> = smallvec::SmallVec::new();
     let mut ptrs: [*mut C; BATCH] = [ptr::null_mut(); BATCH];
     let mut cur = first;
     let fail = |p: *mut C, e: Errno| {

@@ -456,7 +456,7 @@ unsafe extern "C" fn wr_atomic_write(
             let bytes = core::slice::from_raw_parts(atomic_wr.cast::<u8>(), 8);
             let last = b.last_mut();
             last.flags |= SendFlags::INLINE;
-            last.inline_data = Some(bytes.to_vec());
+            last.inline_data = Some(bytes.into());
             Ok(())
         })
     }

@@ -543,6 +543,6 @@ fn post_recv(qp: &Qp, mr: &Mr, slot: u32) -> Result<(), crate::BadWr> {
     let off = u64::from(slot) * RECV_SLOT_LEN as u64;
     qp.post_recv(&[RecvWr {
         wr_id: u64::from(slot),
-        sg_list: vec![mr.sge(off, RECV_SLOT_LEN as u32)],
+        sg_list: crate::sg_list![mr.sge(off, RECV_SLOT_LEN as u32)],
     }])
 }

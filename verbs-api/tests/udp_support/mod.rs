@@ -257,7 +257,7 @@ pub fn read(mr: &Mr, offset: u64, len: usize) -> Vec<u8> {
 pub fn recv_wr(wr_id: u64, mr: &Mr, offset: u64, len: u32) -> RecvWr {
     RecvWr {
         wr_id,
-        sg_list: vec![mr.sge(offset, len)],
+        sg_list: uroce_verbs::sg_list![mr.sge(offset, len)],
     }
 }
 

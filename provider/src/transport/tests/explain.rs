@@ -313,7 +313,7 @@ fn a_receive_buffer_deregistered_while_posted_names_the_sge_at_the_receiver() {
     p.b.qp
         .post_recv(&[RecvWr {
             wr_id: 9,
-            sg_list: vec![sge],
+            sg_list: crate::sg_list![sge],
         }])
         .unwrap();
     region.deregister();

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Instructions per message (figures only, never asserted): Debian's perftest on uroce's
+# libibverbs.so.1, two processes on loopback, the client under callgrind. It counts the
+# instructions the client executes inside uroce's verbs (ibv_poll_cq, ibv_post_send,
+# ibv_post_recv, and the device's engine thread), divided by the iterations, and the heap
+# allocations those make per iteration.
+#
+# Unlike a time, this count does not depend on the host's load: two builds compare to
+# within a few percent, where the lab's emulated guests, whose CPU costs each instruction
+# many times over, vary by a third between runs. The count includes the empty polls of
+# the client's wait, which vary with timing (the line says how many passes there were).
+#
+# Needs `make cabi-release` (or UROCE_BIN_DIR: a directory with uroce and uroce-lib/),
+# Debian's perftest and valgrind. Usage: instr.sh [ITERS]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+BIN=${UROCE_BIN_DIR:-$PWD/target/release}
+U=$BIN/uroce
+N=${1:-2000}
+command -v valgrind >/dev/null || { echo "bench-instr: skipped: valgrind not installed (apt-get install valgrind)"; exit 0; }
+[ -x /usr/bin/ib_send_lat ] || { echo "bench-instr: skipped: perftest not installed (apt-get install perftest)"; exit 0; }
+[ -f "$BIN/uroce-lib/libibverbs.so.1" ] || { echo "bench-instr: run make cabi-release first"; exit 1; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+source verbs-api/ibverbs/listening.sh
+
+# count NAME PORT TEST ARGS...: one run, one line.
+count() {
+    local name=$1 port=$2 test=$3; shift 3
+    "$U" exec --devices b0=127.0.92.1 -- "$test" -x 0 -p "$port" "$@" > "$TMP/s.txt" 2>&1 &
+    local sp=$!
+    listening "$port"
+    (cd "$TMP" && "$U" exec --devices b1=127.0.92.2 -- valgrind --tool=callgrind \
+        --callgrind-out-file="$TMP/cg.out" "$test" -x 0 -p "$port" "$@" 127.0.92.1 > "$TMP/c.txt" 2>&1)
+    wait $sp || true
+    callgrind_annotate --inclusive=yes "$TMP/cg.out" > "$TMP/incl.txt" 2>/dev/null
+    python3 - "$TMP/incl.txt" "$TMP/cg.out" "$N" "$name" <<'EOF'
+import re, sys
+incl, raw, n, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+entry = {"uroce_poll_cq": 0, "uroce_post_send": 0, "uroce_post_recv": 0, "Shared::run_shared": 0}
+for line in open(incl):
+    m = re.match(r"\s*([\d,]+) .*?:(\S+) \[", line)
+    if not m:
+        continue
+    for k in entry:
+        if m.group(2).endswith(k) and entry[k] == 0:
+            entry[k] = int(m.group(1).replace(",", ""))
+# Calls, from the raw file: cfn= names the callee of the calls= line after it.
+names, calls, cfn = {}, {}, None
+for line in open(raw, errors="replace"):
+    m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line)
+    if m:
+        if m.group(3):
+            names[m.group(2)] = m.group(3).strip()
+        if m.group(1) == "cfn":
+            cfn = names.get(m.group(2))
+        continue
+    if line.startswith("calls=") and cfn:
+        calls[cfn] = calls.get(cfn, 0) + int(line[6:].split()[0])
+def per(pat):
+    return sum(v for k, v in calls.items() if re.search(pat, k)) / n
+total = sum(entry.values()) / n
+print(f"  {name:<24} {total:>8.0f} instructions per iteration "
+      f"(poll_cq {entry['uroce_poll_cq'] / n:.0f}, post_send {entry['uroce_post_send'] / n:.0f}, "
+      f"post_recv {entry['uroce_post_recv'] / n:.0f}, engine thread {entry['Shared::run_shared'] / n:.0f}); "
+      f"{per(r'__rust_alloc$'):.2f} allocations, {per(r'Shared::pass_locked$'):.2f} passes")
+EOF
+}
+
+echo "== instructions in uroce's verbs per iteration, client under callgrind, $N iterations"
+count "ib_send_lat -s 8" 19301 ib_send_lat -s 8 -n "$N"
+count "ib_write_bw -s 64" 19302 ib_write_bw -s 64 -n "$N"
