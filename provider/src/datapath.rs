@@ -142,6 +142,26 @@ struct Sched {
     deadline: IdMap<u32, Instant>,
 }
 
+impl Sched {
+    fn set_deadline(&mut self, qpn: u32, at: Option<Instant>) {
+        // One lookup of `deadline` whatever changes (this runs for most packets sent and
+        // received: a request restarts its QP's ACK timer, an ACK stops it).
+        let old = match at {
+            Some(d) => match self.deadline.insert(qpn, d) {
+                Some(old) if old == d => return,
+                old => {
+                    self.timers.insert((d, qpn));
+                    old
+                }
+            },
+            None => self.deadline.remove(&qpn),
+        };
+        if let Some(d) = old {
+            self.timers.remove(&(d, qpn));
+        }
+    }
+}
+
 /// The datapath state a device holds: its QP table, the ready list, the timer wheel, the
 /// counters and the waker.
 #[derive(Default)]
@@ -257,22 +277,18 @@ impl Datapath {
 
     /// Records the next deadline of `qpn` (`None`: no timer running).
     pub(crate) fn set_deadline(&self, qpn: u32, at: Option<Instant>) {
-        let mut guard = self.sched.lock();
-        let s = &mut *guard;
-        // One lookup of `deadline` whatever changes (this runs for most packets sent and
-        // received: a request restarts its QP's ACK timer, an ACK stops it).
-        let old = match at {
-            Some(d) => match s.deadline.insert(qpn, d) {
-                Some(old) if old == d => return,
-                old => {
-                    s.timers.insert((d, qpn));
-                    old
-                }
-            },
-            None => s.deadline.remove(&qpn),
-        };
-        if let Some(d) = old {
-            s.timers.remove(&(d, qpn));
+        self.sched.lock().set_deadline(qpn, at);
+    }
+
+    /// [`Datapath::set_deadline`] and, when `ready`, [`Datapath::mark_ready`] without a
+    /// wake, under one lock (what a QP tells the device after each packet and verb).
+    /// Returns true when the QP was not already marked ready.
+    pub(crate) fn sync_qp(&self, qpn: u32, at: Option<Instant>, ready: bool) -> bool {
+        let mut s = self.sched.lock();
+        s.set_deadline(qpn, at);
+        ready && s.queued.insert(qpn) && {
+            s.ready.push_back(qpn);
+            true
         }
     }
 

@@ -276,13 +276,11 @@ impl QueuePair {
     /// the QP lock is released).
     pub(crate) fn sync_datapath(&self, inner: &mut QpInner, _wake: bool) -> bool {
         self.note_sq_drained(inner);
-        let dp = self.pd().device().datapath();
-        dp.set_deadline(self.qpn(), inner.rc.timers.next_timeout());
-        if self.has_work(inner) {
-            dp.mark_ready(self.qpn(), false)
-        } else {
-            false
-        }
+        let ready = self.has_work(inner);
+        self.pd()
+            .device()
+            .datapath()
+            .sync_qp(self.qpn(), inner.rc.timers.next_timeout(), ready)
     }
 
     fn has_work(&self, inner: &QpInner) -> bool {
