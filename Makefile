@@ -128,7 +128,7 @@ bench-cabi: cabi-release
 # ib_send_lat and ib_write_bw on uroce's libibverbs.so.1, the client under callgrind:
 # instructions per message in uroce's verbs, which compare builds on a noisy host.
 bench-instr: cabi-release
-	bash verbs-api/ibverbs/instr.sh
+	UROCE_BIN_DIR=$${CARGO_TARGET_DIR:-target}/release bash verbs-api/ibverbs/instr.sh
 
 # The main job on a fresh machine: an RC pingpong between 127.0.0.1 and 127.0.0.2.
 demo:

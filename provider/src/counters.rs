@@ -159,13 +159,23 @@ const _: () = assert!(Counter::COUNT <= 64);
 /// touched, so adding it visits those few and not all [`Counter::COUNT`]; and only those
 /// are ever written, so a new tally costs no zeroing of [`Counter::COUNT`] words (one is
 /// made for every packet sent and received).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub(crate) struct Tally {
     /// Bit `c as usize` is set once counter `c` got a nonzero addition.
     touched: u64,
     /// The counts, by `Counter as usize`; a count is written (initialised) exactly when
     /// its bit in `touched` is set.
     n: [MaybeUninit<u64>; Counter::COUNT],
+}
+
+impl std::fmt::Debug for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        self.for_each(|c, n| {
+            m.entry(&c, &n);
+        });
+        m.finish()
+    }
 }
 
 impl Default for Tally {

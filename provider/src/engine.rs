@@ -501,12 +501,11 @@ struct Io {
 /// `Duration` arithmetic cost some 200 instructions a reading, about as much as the vDSO
 /// call itself (callgrind, `ib_send_lat` on uroce).
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid place for the result; CLOCK_MONOTONIC exists on every Linux,
-    // so the call cannot fail (and on failure `ts` stays zero: time stands still, no UB).
+    // SAFETY: all-zero bytes are a valid `timespec` (plain integers, padding included).
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid place for the result. CLOCK_MONOTONIC exists on every Linux,
+    // so the call does not fail; if it did, `ts` would stay zero and `now` would read the
+    // engine's zero (saturating), never undefined behaviour.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64)
         .wrapping_mul(1_000_000_000)
@@ -885,8 +884,11 @@ impl Shared {
     /// (`will_progress`), so the pass sends before it receives: their packets leave
     /// without waiting for a receive call (one system call less before them, which the
     /// lab's emulated guests make slowly); and once it sent, it does not receive at all.
-    /// `now`: the clock as the caller read it just before (the pass reads it again only
-    /// once it has done something).
+    /// `now`: the clock as the caller read it just before, before the I/O lock (the pass
+    /// reads it again only once it has done something). Another thread's pass may have
+    /// run in between with a later reading: timers are then checked and started against a
+    /// clock some microseconds older (a fire that much later or earlier; `Instant`
+    /// arithmetic saturates), which the engine's millisecond timers do not notice.
     fn app_pass(&self, posted: bool, now: Instant) -> bool {
         let Some(io) = self.io.try_lock() else {
             return false;

@@ -26,9 +26,10 @@ pub const SG_IN_PLACE: usize = 2;
 
 /// A WR's scatter/gather list (`sg_list` and `num_sge` of `struct ibv_send_wr` and
 /// `struct ibv_recv_wr`): a [`SmallVec`](smallvec::SmallVec) that keeps up to
-/// [`SG_IN_PLACE`] SGEs in the WR itself and spills to the heap beyond. Make one from a
-/// `Vec` or an array with `.into()`, with [`sg_list!`](crate::sg_list) (as `vec!`), or with
-/// `collect()`; it derefs to `[Sge]`.
+/// [`SG_IN_PLACE`] SGEs in the WR itself and spills to the heap beyond. Make one with
+/// [`sg_list!`](crate::sg_list) (as `vec!`), with `collect()`, or with `.into()` from a
+/// `Vec<Sge>`, a `&[Sge]` or a `[Sge; 2]` (a `Vec` of up to two SGEs is copied in place and
+/// freed); it derefs to `[Sge]`.
 pub type SgList = smallvec::SmallVec<[Sge; SG_IN_PLACE]>;
 
 /// Bytes of inline data an [`InlineData`] holds in place (an 8-byte `ib_send_lat` SEND

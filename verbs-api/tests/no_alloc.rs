@@ -1,5 +1,5 @@
 //! The fast path allocates nothing: once warm, RC ping-pongs between two loopback UDP
-//! devices (127.27.0.x, used by no other test) with polled progress, where this one
+//! devices (127.32.0.x, used by no other test) with polled progress, where this one
 //! thread's calls do all the work (post_send sends, poll receives and completes), make no
 //! heap allocation per message. Counted by a global allocator on this thread only.
 //!
@@ -119,7 +119,7 @@ fn send_one(from: &End, to: &End, i: u64, inline: bool) {
 
 #[test]
 fn a_warm_rc_ping_pong_allocates_nothing_per_message() {
-    let (a, b) = polled_pair("127.27.0.1", "127.27.0.2");
+    let (a, b) = polled_pair("127.32.0.1", "127.32.0.2");
     for inline in [false, true] {
         // Warm up: queues, batches and timers reach their working sizes.
         for i in 0..64 {
@@ -138,7 +138,7 @@ fn a_warm_rc_ping_pong_allocates_nothing_per_message() {
 
 #[test]
 fn a_warm_rdma_write_stream_allocates_nothing_per_message() {
-    let (a, b) = polled_pair("127.27.0.3", "127.27.0.4");
+    let (a, b) = polled_pair("127.32.0.3", "127.32.0.4");
     let remote_addr = b.mr.addr();
     let rkey = b.mr.rkey();
     let write = |i: u64| {

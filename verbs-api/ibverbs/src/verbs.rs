@@ -1797,8 +1797,9 @@ pub(crate) unsafe fn inline_bytes(
 }
 
 /// How many WRs one call of the Rust API gets at most (the chain is posted in pieces of
-/// this size, which keeps the partial-post rule: WRs before the bad one stay posted).
-const BATCH: usize = 32;
+/// this size, which keeps the partial-post rule: WRs before the bad one stay posted). The
+/// piece is on the stack: 16 WRs of about 200 bytes each.
+const BATCH: usize = 16;
 
 /// Posts a C chain of WRs through `post`, batch by batch: on a WR the conversion or the
 /// Rust API refuses, `*bad_wr` is that WR and its errno is returned.
