@@ -57,7 +57,8 @@ use crate::idhash::{IdMap, IdSet};
 use crate::qp::QueuePair;
 use crate::time::Instant;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
 use uroce_wire::{
@@ -136,29 +137,53 @@ struct Sched {
     burst: Option<(u32, u32)>,
     /// The QPNs in `ready`, so a QP is queued once.
     queued: IdSet<u32>,
-    /// (deadline, QPN) of every QP with a timer running.
-    timers: BTreeSet<(Instant, u32)>,
-    /// The deadline each QP registered in `timers`.
+    /// (deadline, QPN) entries, earliest first: one for each QP's running timer, and stale
+    /// ones left by deadlines that changed since (`deadline` says which are current). A
+    /// change is one push, never a search: the stale entries go when they reach the front
+    /// ([`Sched::first_timer`]), or all at once when they outnumber the live ones.
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// The deadline of each QP with a timer running: what `timers` stands for.
     deadline: IdMap<u32, Instant>,
 }
+
+/// [`Sched::timers`] is rebuilt from [`Sched::deadline`] when it holds more than twice
+/// the live entries and this many more.
+const STALE_TIMERS_SLACK: usize = 64;
 
 impl Sched {
     fn set_deadline(&mut self, qpn: u32, at: Option<Instant>) {
         // One lookup of `deadline` whatever changes (this runs for most packets sent and
-        // received: a request restarts its QP's ACK timer, an ACK stops it).
-        let old = match at {
-            Some(d) => match self.deadline.insert(qpn, d) {
-                Some(old) if old == d => return,
-                old => {
-                    self.timers.insert((d, qpn));
-                    old
+        // received: a request restarts its QP's ACK timer, an ACK stops it); the entry a
+        // change leaves in `timers` goes later, when it reaches the front.
+        match at {
+            Some(d) => {
+                if self.deadline.insert(qpn, d) != Some(d) {
+                    self.timers.push(Reverse((d, qpn)));
+                    if self.timers.len() > 2 * self.deadline.len() + STALE_TIMERS_SLACK {
+                        // Rebuilt in place: the heap's buffer is kept.
+                        let mut v = std::mem::take(&mut self.timers).into_vec();
+                        v.clear();
+                        v.extend(self.deadline.iter().map(|(&q, &d)| Reverse((d, q))));
+                        self.timers = BinaryHeap::from(v);
+                    }
                 }
-            },
-            None => self.deadline.remove(&qpn),
-        };
-        if let Some(d) = old {
-            self.timers.remove(&(d, qpn));
+            }
+            None => {
+                self.deadline.remove(&qpn);
+            }
         }
+    }
+
+    /// The earliest running timer (deadline, QPN), once the stale entries before it are
+    /// dropped.
+    fn first_timer(&mut self) -> Option<(Instant, u32)> {
+        while let Some(&Reverse((d, q))) = self.timers.peek() {
+            if self.deadline.get(&q) == Some(&d) {
+                return Some((d, q));
+            }
+            self.timers.pop();
+        }
+        None
     }
 }
 
@@ -205,9 +230,7 @@ impl Datapath {
         if s.burst.is_some_and(|(q, _)| q == qpn) {
             s.burst = None;
         }
-        if let Some(d) = s.deadline.remove(&qpn) {
-            s.timers.remove(&(d, qpn));
-        }
+        s.deadline.remove(&qpn);
     }
 
     /// Queues the last packets of a destroyed QP (built by the QP before it went), which
@@ -275,12 +298,7 @@ impl Datapath {
         }
     }
 
-    /// Records the next deadline of `qpn` (`None`: no timer running).
-    pub(crate) fn set_deadline(&self, qpn: u32, at: Option<Instant>) {
-        self.sched.lock().set_deadline(qpn, at);
-    }
-
-    /// [`Datapath::set_deadline`] and, when `ready`, [`Datapath::mark_ready`] without a
+    /// Records the next deadline of `qpn` (`None`: no timer running) and, when `ready`, [`Datapath::mark_ready`] without a
     /// wake, under one lock (what a QP tells the device after each packet and verb).
     /// Returns true when the QP was not already marked ready.
     pub(crate) fn sync_qp(&self, qpn: u32, at: Option<Instant>, ready: bool) -> bool {
@@ -541,7 +559,7 @@ impl Device {
     /// The earliest deadline of any timer on the device (retransmit, RNR wait, ACK
     /// coalescing), or `None` when no timer runs.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.dp.sched.lock().timers.first().map(|&(d, _)| d)
+        self.dp.sched.lock().first_timer().map(|(d, _)| d)
     }
 
     /// Ends the coalescing delay of every held ACK (see [`DeviceConfig::ack_delay`]), so
@@ -564,9 +582,9 @@ impl Device {
         loop {
             let qpn = {
                 let mut s = self.dp.sched.lock();
-                match s.timers.first().copied() {
+                match s.first_timer() {
                     Some((d, q)) if d <= now => {
-                        s.timers.remove(&(d, q));
+                        s.timers.pop();
                         s.deadline.remove(&q);
                         q
                     }
@@ -613,6 +631,48 @@ mod tests {
             .unwrap();
         assert_eq!(MAX_ROCE_PACKET_LEN, max);
         assert_eq!(MAX_ROCE_PACKET_LEN, 4132);
+    }
+
+    /// The timers hold stale entries once deadlines move: the earliest deadline and the
+    /// firing order must still be those of the deadlines last set, and the stale entries
+    /// must not pile up.
+    #[test]
+    fn timers_follow_the_last_deadline_of_each_qp() {
+        let t = |ms: u64| Instant::from_nanos(ms * 1_000_000);
+        let mut s = Sched::default();
+        // QP 1's ACK timer restarts with each of 1000 requests (later and later), QP 2's
+        // moves earlier, QP 3's starts and stops.
+        for i in 0..1000u64 {
+            s.set_deadline(1, Some(t(100 + i)));
+            s.set_deadline(3, Some(t(5)));
+            s.set_deadline(3, None);
+        }
+        s.set_deadline(2, Some(t(2000)));
+        s.set_deadline(2, Some(t(1500)));
+        assert!(
+            s.timers.len() <= 2 * s.deadline.len() + STALE_TIMERS_SLACK + 1,
+            "{} entries for {} timers",
+            s.timers.len(),
+            s.deadline.len()
+        );
+        assert_eq!(s.first_timer(), Some((t(1099), 1)));
+        // Fire in order, as Device::handle_timeout does.
+        let mut fired = Vec::new();
+        while let Some((d, q)) = s.first_timer() {
+            s.timers.pop();
+            s.deadline.remove(&q);
+            fired.push((d, q));
+        }
+        assert_eq!(fired, vec![(t(1099), 1), (t(1500), 2)]);
+        assert!(s.timers.is_empty());
+        // A deadline set again to a value it had before is live once, not twice.
+        s.set_deadline(4, Some(t(10)));
+        s.set_deadline(4, Some(t(20)));
+        s.set_deadline(4, Some(t(10)));
+        assert_eq!(s.first_timer(), Some((t(10), 4)));
+        s.timers.pop();
+        s.deadline.remove(&4);
+        assert_eq!(s.first_timer(), None);
     }
 
     #[test]

@@ -413,8 +413,7 @@ pub fn parse_udp_payload(payload: &[u8], facts: &IcrcIpFacts) -> Result<IcrcVerd
             got: payload.len(),
         });
     }
-    let headers = InvariantHeaders::from_facts(facts, payload.len())?;
-    icrc::verify(&headers, payload)
+    icrc::verify_for(facts, payload)
 }
 
 /// What to put in the UDP checksum field of an emitted frame.

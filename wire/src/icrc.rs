@@ -592,14 +592,20 @@ impl InvariantHeaders {
     /// XORing its 4 little-endian bytes into the first 4 message bytes.
     #[inline]
     fn crc(&self, roce: &[u8]) -> u32 {
-        let len = usize::from(self.len);
         let bth4 = roce.get(BTH_MASKED_BYTE).copied().unwrap_or(0xff);
-        let covered = roce
-            .get(..roce.len().saturating_sub(ICRC_LEN))
-            .unwrap_or_default();
+        let mut hasher = self.prefix_hasher(bth4);
+        hasher.update(covered(roce));
+        hasher.finalize()
+    }
+
+    /// A hasher that has hashed these headers, with the fix for BTH byte 4 = `bth4` folded
+    /// in: what [`InvariantHeaders::crc`] continues with the RoCE packet.
+    #[inline]
+    fn prefix_hasher(&self, bth4: u8) -> crc32fast::Hasher {
+        let len = usize::from(self.len);
         let fix_at = len - LRH_STANDIN_LEN + BTH_MASKED_BYTE;
         let mut buf = self.buf;
-        let mut hasher = match buf.get_mut(LRH_STANDIN_LEN..len) {
+        match buf.get_mut(LRH_STANDIN_LEN..len) {
             Some(prefix @ [_, _, _, _, ..]) if fix_at <= MAX_FIX_POS => {
                 let fix = unmask_fix(fix_at, !bth4).to_le_bytes();
                 for (b, f) in prefix.iter_mut().zip(fix) {
@@ -617,10 +623,90 @@ impl InvariantHeaders {
                 let at_bth = h.finalize();
                 hasher_at(at_bth ^ unmask_fix(BTH_MASKED_BYTE, !bth4))
             }
-        };
-        hasher.update(covered);
-        hasher.finalize()
+        }
     }
+}
+
+/// The bytes of `roce` the ICRC covers after the headers: all but its last 4.
+#[inline]
+fn covered(roce: &[u8]) -> &[u8] {
+    roce.get(..roce.len().saturating_sub(ICRC_LEN))
+        .unwrap_or_default()
+}
+
+/// Slots of [`compute_for`]'s cache, per thread (a power of two).
+const PREFIX_SLOTS: usize = 8;
+
+/// One slot of [`compute_for`]'s cache: the facts, RoCE length and BTH byte 4 of a
+/// datagram, and the hasher that has hashed its masked headers.
+type PrefixSlot = Option<(IcrcIpFacts, usize, u8, crc32fast::Hasher)>;
+
+std::thread_local! {
+    static PREFIXES: core::cell::RefCell<[PrefixSlot; PREFIX_SLOTS]> =
+        const { core::cell::RefCell::new([const { None }; PREFIX_SLOTS]) };
+}
+
+/// [`compute`] of `roce` sent with the IP and UDP headers that `facts` describe (what
+/// `compute(&InvariantHeaders::from_facts(facts, roce.len())?, roce)` gives), with the
+/// hashing of those headers kept per thread for the last datagrams of a few (facts,
+/// length) seen: a flow's packets of one length (a ping-pong's messages and ACKs, a
+/// stream's full-MTU packets) then hash only their own bytes. On a miss the headers are
+/// built and hashed as [`compute`] does.
+///
+/// Errors: `Truncated` when `roce` is shorter than BTH + ICRC (16 bytes); those of
+/// [`InvariantHeaders::from_facts`].
+pub fn compute_for(facts: &IcrcIpFacts, roce: &[u8]) -> Result<u32> {
+    check_roce_len(roce)?;
+    let len = roce.len();
+    let bth4 = roce[BTH_MASKED_BYTE];
+    let mix = (len as u32).wrapping_mul(0x9e37_79b9)
+        ^ u32::from(facts.src.port()).wrapping_mul(0x85eb_ca6b)
+        ^ u32::from(facts.ipv4_ident).wrapping_mul(0xc2b2_ae35);
+    let slot = (mix >> (32 - PREFIX_SLOTS.trailing_zeros())) as usize;
+    let cached = PREFIXES
+        .try_with(|c| match &c.borrow()[slot] {
+            Some((f, l, b, h)) if *l == len && *b == bth4 && f == facts => Some(h.clone()),
+            _ => None,
+        })
+        .ok()
+        .flatten();
+    let mut hasher = match cached {
+        Some(h) => h,
+        None => {
+            let h = InvariantHeaders::from_facts(facts, len)?.prefix_hasher(bth4);
+            let _ =
+                PREFIXES.try_with(|c| c.borrow_mut()[slot] = Some((*facts, len, bth4, h.clone())));
+            h
+        }
+    };
+    hasher.update(covered(roce));
+    Ok(hasher.finalize())
+}
+
+/// [`verify`] with [`compute_for`]'s cache. Under `cfg(fuzzing)` the answer is always
+/// [`IcrcVerdict::Ok`] once the length check passed.
+///
+/// Errors: those of [`compute_for`].
+pub fn verify_for(facts: &IcrcIpFacts, roce: &[u8]) -> Result<IcrcVerdict> {
+    check_roce_len(roce)?;
+    if cfg!(fuzzing) {
+        // The headers are still checked, as `verify`'s callers do.
+        InvariantHeaders::from_facts(facts, roce.len())?;
+        return Ok(IcrcVerdict::Ok);
+    }
+    let computed = compute_for(facts, roce)?;
+    Ok(verdict(computed, &roce[roce.len() - ICRC_LEN..]))
+}
+
+/// [`fill`] with [`compute_for`]'s cache: computes the ICRC of `roce` for `facts` and
+/// writes it into its last 4 bytes, little-endian. Returns the ICRC.
+///
+/// Errors: those of [`compute_for`].
+pub fn fill_for(facts: &IcrcIpFacts, roce: &mut [u8]) -> Result<u32> {
+    let icrc = compute_for(facts, roce)?;
+    let n = roce.len();
+    roce[n - ICRC_LEN..].copy_from_slice(&icrc.to_le_bytes());
+    Ok(icrc)
 }
 
 /// A crc32fast hasher at [`LRH_STANDIN_CRC`], cloned from one made once: making one runs
@@ -1170,6 +1256,59 @@ mod tests {
         assert!(InvariantHeaders::from_facts(&IcrcIpFacts::new(v4, v4), 65535 - 27).is_err());
         assert!(InvariantHeaders::from_facts(&IcrcIpFacts::new(v6, v6), 65535 - 8).is_ok());
         assert!(InvariantHeaders::from_facts(&IcrcIpFacts::new(v6, v6), 65535 - 7).is_err());
+    }
+
+    /// compute_for's per-thread cache of the headers' hashing gives what compute gives,
+    /// through hits, misses and slots taken over by other datagrams, for both families,
+    /// ports, IDs, lengths and BTH byte 4 values; and its errors are compute's.
+    #[test]
+    fn compute_for_is_compute_whatever_the_cache_holds() {
+        let v4 = |a: u8, p: u16| SocketAddr::from((Ipv4Addr::new(10, 0, 0, a), p));
+        let v6 = |a: u16, p: u16| SocketAddr::from((Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, a), p));
+        let mut flows = Vec::new();
+        for (i, port) in [4791u16, 0xc001, 0xc0de, 0xffff].into_iter().enumerate() {
+            let mut f = IcrcIpFacts::new(v4(1 + i as u8, port), v4(9, 4791));
+            flows.push(f);
+            f.ipv4_ident = 3;
+            flows.push(f);
+            flows.push(IcrcIpFacts::new(v6(1 + i as u16, port), v6(9, 4791)));
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..2000 {
+            let r = next();
+            let facts = flows[r as usize % flows.len()];
+            let len = [16, 20, 24, 28, 96, 1076, 4136][(r >> 8) as usize % 7];
+            let mut roce = vec![0u8; len];
+            for b in roce.iter_mut() {
+                *b = next() as u8;
+            }
+            if r & (1 << 20) == 0 {
+                roce[BTH_MASKED_BYTE] = 0;
+            }
+            let want = compute(&InvariantHeaders::from_facts(&facts, len).unwrap(), &roce).unwrap();
+            assert_eq!(
+                compute_for(&facts, &roce).unwrap(),
+                want,
+                "round {round}: {facts:?}, {len} bytes"
+            );
+            let mut filled = roce.clone();
+            assert_eq!(fill_for(&facts, &mut filled).unwrap(), want);
+            assert_eq!(verify_for(&facts, &filled).unwrap(), IcrcVerdict::Ok);
+            filled[len / 2] ^= 1;
+            assert!(matches!(
+                verify_for(&facts, &filled).unwrap(),
+                IcrcVerdict::Bad { .. }
+            ));
+        }
+        let mixed = IcrcIpFacts::new(v4(1, 4791), v6(1, 4791));
+        assert!(compute_for(&mixed, &[0; 20]).is_err());
+        assert!(compute_for(&flows[0], &[0; 15]).is_err());
     }
 
     /// The ICRC of `roce` in an IPv4 datagram from `src` to `dst` sent with identification

@@ -136,7 +136,7 @@ use std::mem;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::Arc;
-use uroce_wire::{Ecn, IcrcIpFacts, InvariantHeaders, Ipv4IdentIcrc, Mtu, ICRC_LEN, ROCEV2_PORT};
+use uroce_wire::{Ecn, IcrcIpFacts, Ipv4IdentIcrc, Mtu, ICRC_LEN, ROCEV2_PORT};
 
 /// Options of the UDP sockets of one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1358,10 +1358,7 @@ impl UdpSockets {
             // Leaves from 4791: the ICRC must cover that port instead of src_port.
             let facts = IcrcIpFacts::new(self.local, SocketAddr::new(t.dst, ROCEV2_PORT));
             let buf = &mut self.tx.bufs[i * TX_BUF..i * TX_BUF + len];
-            if InvariantHeaders::from_facts(&facts, len)
-                .and_then(|h| uroce_wire::icrc::fill(&h, buf))
-                .is_err()
-            {
+            if uroce_wire::icrc::fill_for(&facts, buf).is_err() {
                 // Mixed address families or a runt: the kernel would refuse it anyway.
                 self.stats.tx_errors += 1;
                 return;

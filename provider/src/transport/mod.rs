@@ -84,6 +84,9 @@ pub struct RcTransport {
     pub(crate) cc: cc::CcState,
     /// A positive ACK held for coalescing (see [`crate::device::DeviceConfig::ack_delay`]).
     ack_hold: AckHold,
+    /// The deadline last given to the device's scheduler (`None`: not known, as after the
+    /// device fired it), so that a packet that leaves it as it was costs no lock.
+    told_deadline: Option<Option<Instant>>,
 }
 
 /// Most PSNs one held ACK acknowledges before it goes without waiting for its delay to end:
@@ -140,6 +143,7 @@ impl Default for RcTransport {
             err_reason: None,
             cc: cc::CcState::default(),
             ack_hold: AckHold::None,
+            told_deadline: None,
         }
     }
 }
@@ -277,10 +281,21 @@ impl QueuePair {
     pub(crate) fn sync_datapath(&self, inner: &mut QpInner, _wake: bool) -> bool {
         self.note_sq_drained(inner);
         let ready = self.has_work(inner);
-        self.pd()
-            .device()
-            .datapath()
-            .sync_qp(self.qpn(), inner.rc.timers.next_timeout(), ready)
+        self.sync_sched(inner, ready)
+    }
+
+    /// Gives the device's scheduler the QP's next deadline and, when `ready`, marks the QP
+    /// ready ([`Datapath::sync_qp`]); true when it was not marked already. Neither changed
+    /// (the common case: a packet that neither starts nor stops a timer), it takes no lock.
+    ///
+    /// [`Datapath::sync_qp`]: crate::datapath::Datapath::sync_qp
+    fn sync_sched(&self, inner: &mut QpInner, ready: bool) -> bool {
+        let at = inner.rc.timers.next_timeout();
+        if !ready && inner.rc.told_deadline == Some(at) {
+            return false;
+        }
+        inner.rc.told_deadline = Some(at);
+        self.pd().device().datapath().sync_qp(self.qpn(), at, ready)
     }
 
     fn has_work(&self, inner: &QpInner) -> bool {
@@ -494,21 +509,22 @@ impl QueuePair {
             }
         }
         let mtu = inner.attr.path_mtu;
-        if info.is_response()
-            && check_payload_len(repr.bth.opcode, pkt.payload().len(), mtu).is_err()
-        {
+        let payload = pkt.payload();
+        if info.is_response() && check_payload_len(repr.bth.opcode, payload.len(), mtu).is_err() {
             self.count1(inner, Counter::MalformedDrops);
             return;
         }
-        // Counted before anything the packet completes is visible in a CQ.
-        self.merge_counts(inner, &received_tally(pkt));
+        // The packet's own counts go with what its handling adds, in one merge, and before
+        // anything the packet completes is visible in a CQ (the responder and the completer
+        // merge `tally` before they complete).
+        let mut tally = received_tally(pkt);
         if ce {
+            self.merge_counts(inner, &std::mem::take(&mut tally));
             self.note_ce(inner, now, src, &repr);
         }
-        let mut tally = Tally::default();
         self.note_comm_est(inner, state);
         if info.is_request() {
-            self.responder_packet(inner, &repr, pkt.payload(), &mut tally);
+            self.responder_packet(inner, &repr, payload, &mut tally);
         } else if info.is_response() {
             if matches!(state, QpState::Rts | QpState::Sqd | QpState::Sqe) {
                 let mut actions = std::mem::take(&mut inner.rc.actions);
@@ -527,14 +543,8 @@ impl QueuePair {
                     progress: false,
                 };
                 let rc = &mut inner.rc;
-                rc.comp.handle(
-                    &cctx,
-                    &mut rc.req,
-                    &inner.sq,
-                    &repr,
-                    pkt.payload(),
-                    &mut out,
-                );
+                rc.comp
+                    .handle(&cctx, &mut rc.req, &inner.sq, &repr, payload, &mut out);
                 let progress = out.progress;
                 self.merge_counts(inner, &std::mem::take(&mut tally));
                 self.apply_actions(inner, now, &mut actions, progress);
@@ -549,6 +559,7 @@ impl QueuePair {
 
     /// Parses the headers of a packet for this QP and checks its P_Key; a failure is a
     /// counted drop (`malformed_drops`, `pkey_drops`).
+    #[inline(always)]
     fn parse_checked(&self, inner: &mut QpInner, pkt: &RocePacket<&[u8]>) -> Option<RoceRepr> {
         let Ok(repr) = RoceRepr::parse(pkt) else {
             self.count1(inner, Counter::MalformedDrops);
@@ -741,10 +752,7 @@ impl QueuePair {
         }
         if self.qp_type() != QpType::Rc {
             let out = self.poll_transmit_unreliable(inner, now, buf);
-            self.pd()
-                .device()
-                .datapath()
-                .set_deadline(self.qpn(), inner.rc.timers.next_timeout());
+            self.sync_sched(inner, false);
             return out;
         }
         let route = route(self, &a);
@@ -818,10 +826,7 @@ impl QueuePair {
         self.merge_counts(inner, &tally);
         self.note_sq_drained(inner);
         let more = self.has_work(inner);
-        self.pd()
-            .device()
-            .datapath()
-            .set_deadline(self.qpn(), inner.rc.timers.next_timeout());
+        self.sync_sched(inner, false);
         let t = sent.map(|len| Transmit {
             dst: route.peer,
             src_port: route.src_port,
@@ -929,6 +934,8 @@ impl QueuePair {
         let _span = crate::trace::enter_hot(&self.span);
         let mut guard = self.inner.lock();
         let inner = &mut *guard;
+        // The device dropped the deadline it fired: the next sync tells it again.
+        inner.rc.told_deadline = None;
         let mut tally = Tally::default();
         while let Some(t) = inner.rc.timers.expired(now) {
             if t == Timer::AckDelay {

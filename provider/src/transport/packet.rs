@@ -8,7 +8,7 @@ use crate::pd::PdId;
 use crate::wc::WcOpcode;
 use crate::wr::Sge;
 use std::net::{IpAddr, SocketAddr};
-use uroce_wire::{IcrcIpFacts, InvariantHeaders, RocePacket, RoceRepr, ROCEV2_PORT};
+use uroce_wire::{IcrcIpFacts, RocePacket, RoceRepr, ROCEV2_PORT};
 
 /// Why data could not be moved between a packet and a scatter/gather list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,8 +166,6 @@ pub(crate) fn emit<E>(
         SocketAddr::new(route.local, route.src_port),
         SocketAddr::new(route.peer, ROCEV2_PORT),
     );
-    if let Ok(h) = InvariantHeaders::from_facts(&facts, len) {
-        let _ = uroce_wire::icrc::fill(&h, &mut buf[..len]);
-    }
+    let _ = uroce_wire::icrc::fill_for(&facts, &mut buf[..len]);
     Ok(len)
 }
