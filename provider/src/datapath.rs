@@ -137,13 +137,16 @@ struct Sched {
     burst: Option<(u32, u32)>,
     /// The QPNs in `ready`, so a QP is queued once.
     queued: IdSet<u32>,
-    /// (deadline, QPN) entries, earliest first: one for each QP's running timer, and stale
-    /// ones left by deadlines that changed since (`deadline` says which are current). A
-    /// change is one push, never a search: the stale entries go when they reach the front
-    /// ([`Sched::first_timer`]), or all at once when they outnumber the live ones.
+    /// (time, QPN) entries, earliest first: for each QP with a timer running, one at its
+    /// deadline or before it (a lower bound, left when the deadline moved later), and
+    /// stale ones left by deadlines that moved earlier or stopped. A deadline that moves
+    /// later (a request restarts its QP's ACK timer) costs no heap operation; an entry is
+    /// set right when it reaches the front ([`Sched::first_timer`]), and the stale ones go
+    /// then, or all at once when they outnumber the live ones.
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
-    /// The deadline of each QP with a timer running: what `timers` stands for.
-    deadline: IdMap<u32, Instant>,
+    /// For each QP with a timer running: its deadline, and the time of its earliest entry
+    /// in `timers` (at most the deadline).
+    deadline: IdMap<u32, (Instant, Instant)>,
 }
 
 /// [`Sched::timers`] is rebuilt from [`Sched::deadline`] when it holds more than twice
@@ -152,36 +155,57 @@ const STALE_TIMERS_SLACK: usize = 64;
 
 impl Sched {
     fn set_deadline(&mut self, qpn: u32, at: Option<Instant>) {
-        // One lookup of `deadline` whatever changes (this runs for most packets sent and
-        // received: a request restarts its QP's ACK timer, an ACK stops it); the entry a
-        // change leaves in `timers` goes later, when it reaches the front.
-        match at {
-            Some(d) => {
-                if self.deadline.insert(qpn, d) != Some(d) {
-                    self.timers.push(Reverse((d, qpn)));
-                    if self.timers.len() > 2 * self.deadline.len() + STALE_TIMERS_SLACK {
-                        // Rebuilt in place: the heap's buffer is kept.
-                        let mut v = std::mem::take(&mut self.timers).into_vec();
-                        v.clear();
-                        v.extend(self.deadline.iter().map(|(&q, &d)| Reverse((d, q))));
-                        self.timers = BinaryHeap::from(v);
-                    }
+        // This runs for most packets sent and received: a request restarts its QP's ACK
+        // timer, an ACK stops it. One lookup of `deadline`, and a push only when the
+        // deadline comes before the QP's earliest entry.
+        let Some(d) = at else {
+            self.deadline.remove(&qpn);
+            return;
+        };
+        match self.deadline.get_mut(&qpn) {
+            Some((dl, lb)) => {
+                *dl = d;
+                if d >= *lb {
+                    return;
                 }
+                *lb = d;
             }
             None => {
-                self.deadline.remove(&qpn);
+                self.deadline.insert(qpn, (d, d));
             }
+        }
+        self.timers.push(Reverse((d, qpn)));
+        if self.timers.len() > 2 * self.deadline.len() + STALE_TIMERS_SLACK {
+            // Rebuilt in place: the heap's buffer is kept.
+            let mut v = std::mem::take(&mut self.timers).into_vec();
+            v.clear();
+            for (&q, e) in self.deadline.iter_mut() {
+                e.1 = e.0;
+                v.push(Reverse((e.0, q)));
+            }
+            self.timers = BinaryHeap::from(v);
         }
     }
 
-    /// The earliest running timer (deadline, QPN), once the stale entries before it are
-    /// dropped.
+    /// The earliest running timer (deadline, QPN), at the front of `timers` once the
+    /// entries before it are set right: a lower bound moves to its QP's deadline, a stale
+    /// entry goes.
     fn first_timer(&mut self) -> Option<(Instant, u32)> {
-        while let Some(&Reverse((d, q))) = self.timers.peek() {
-            if self.deadline.get(&q) == Some(&d) {
-                return Some((d, q));
+        while let Some(&Reverse((t, q))) = self.timers.peek() {
+            let Some((d, lb)) = self.deadline.get_mut(&q) else {
+                self.timers.pop();
+                continue;
+            };
+            if t == *d {
+                return Some((t, q));
             }
             self.timers.pop();
+            if t == *lb {
+                // The QP's earliest entry was a lower bound: it moves to the deadline.
+                *lb = *d;
+                let d = *d;
+                self.timers.push(Reverse((d, q)));
+            }
         }
         None
     }
@@ -554,6 +578,12 @@ impl Device {
             let port = src_port.unwrap_or(uroce_wire::ROCEV2_PORT);
             tap(dir, peer, SocketAddr::new(self.config().addr, port), pkt);
         }
+    }
+
+    /// Whether any timer runs on the device (what [`Device::poll_timeout`]`.is_some()`
+    /// says, without finding the earliest).
+    pub fn has_timer(&self) -> bool {
+        !self.dp.sched.lock().deadline.is_empty()
     }
 
     /// The earliest deadline of any timer on the device (retransmit, RNR wait, ACK

@@ -868,7 +868,7 @@ impl Shared {
     fn defer_post(&self) -> bool {
         if self.post_batch <= 1
             || self.wake.sleeping.load(Ordering::SeqCst) != COVERING
-            || self.dp.poll_timeout().is_none()
+            || !self.dp.has_timer()
         {
             return false;
         }

@@ -233,6 +233,11 @@ pub trait SansIo: Send + Sync + 'static {
     fn poll_transmit(&self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
     /// See [`Device::poll_timeout`].
     fn poll_timeout(&self) -> Option<Instant>;
+    /// See [`Device::has_timer`]: `poll_timeout().is_some()`, which an implementation may
+    /// answer without finding the earliest timer.
+    fn has_timer(&self) -> bool {
+        self.poll_timeout().is_some()
+    }
     /// See [`Device::handle_timeout`].
     fn handle_timeout(&self, now: Instant);
     /// See [`Device::set_waker`].
@@ -277,6 +282,9 @@ impl SansIo for Device {
     }
     fn poll_timeout(&self) -> Option<Instant> {
         Device::poll_timeout(self)
+    }
+    fn has_timer(&self) -> bool {
+        Device::has_timer(self)
     }
     fn handle_timeout(&self, now: Instant) {
         Device::handle_timeout(self, now)

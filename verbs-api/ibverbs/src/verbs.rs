@@ -143,6 +143,8 @@ pub struct UCq {
     shared: Arc<Shared>,
     /// The `ibv_start_poll` cursor while a poll is open (see [`crate::ex`]).
     pub(crate) poll: Mutex<Option<uroce_verbs::CqPoll>>,
+    /// Empty `ibv_poll_cq` calls in a row (see [`YIELD_EVERY`]).
+    empty_polls: std::sync::atomic::AtomicU32,
 }
 impl Kind for UCq {
     /// C holds it as an `ibv_cq` too (the first field; `ibv_cq_ex_to_cq` is a cast).
@@ -1114,6 +1116,7 @@ pub(crate) unsafe fn create_cq_with(
             channel: ch.map(|ch| (ch.k.ch.clone(), ch.k.cqs.clone())),
             shared: c.k.shared.clone(),
             poll: Mutex::new(None),
+            empty_polls: std::sync::atomic::AtomicU32::new(0),
         },
     );
     if let Some(ch) = ch {
@@ -1167,13 +1170,18 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
+/// An empty `ibv_poll_cq` yields the CPU (`sched_yield`) every this many in a row on a CQ.
+/// C programs busy-poll (`ibv_rc_pingpong` without `-e`, perftest), and on a machine with
+/// as many busy pollers as cores the progress engine thread that makes the completions
+/// when the application's calls do not (see `uroce_provider::engine::Progress::Shared`)
+/// would otherwise wait for a scheduler tick: a round trip of ~12 ms instead of ~0.1 ms on
+/// 2 cores. A yield on every empty poll cost the poller a system call and a pass through
+/// the scheduler each time: in the lab's 1-CPU guests, about 8 % of a 64-byte
+/// `ib_write_bw` sender's CPU (guest `perf`), which waits on its CQ for ACKs.
+pub const YIELD_EVERY: u32 = 16;
+
 /// The `poll_cq` op (`ibv_poll_cq(3)`): up to `num_entries` completions into `wc`, their
-/// number, or a negative errno.
-///
-/// An empty poll yields the CPU (`sched_yield`): C programs busy-poll (`ibv_rc_pingpong`
-/// without `-e`, perftest), and on a machine with as many busy pollers as cores the
-/// progress engine thread that makes the completions would otherwise wait for a
-/// scheduler tick, a round trip of ~12 ms instead of ~0.1 ms on 2 cores.
+/// number, or a negative errno. Every [`YIELD_EVERY`]th empty poll in a row yields the CPU.
 unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     ffi!(neg_errno, {
         // SAFETY: C passes a CQ of this library.
@@ -1207,7 +1215,16 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
             }
         }
         if done == 0 && want > 0 {
-            std::thread::yield_now();
+            let n =
+                q.k.empty_polls
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    .wrapping_add(1);
+            if n % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            }
+        } else if done > 0 {
+            q.k.empty_polls
+                .store(0, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(done as c_int)
     })
