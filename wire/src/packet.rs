@@ -602,6 +602,20 @@ impl RoceRepr {
                 actual: packet.total_len(),
             });
         }
+        self.emit_unchecked(packet, emit_payload);
+        Ok(())
+    }
+
+    /// [`RoceRepr::emit`] without its checks, for a caller that built the repr to match its
+    /// opcode ([`RoceRepr::check`] passes) and sized `packet` to [`RoceRepr::buffer_len`]:
+    /// the transport, which emits every packet it sends. A repr that fails the check
+    /// writes the headers it has where its opcode puts them (wrong bytes, never undefined
+    /// behaviour); a buffer of another length panics.
+    pub fn emit_unchecked<T, F>(&self, packet: &mut RocePacket<T>, emit_payload: F)
+    where
+        T: AsRef<[u8]> + AsMut<[u8]>,
+        F: FnOnce(&mut [u8]),
+    {
         let buf = packet.buffer.as_mut();
         let (head, rest) = buf.split_at_mut(BTH_LEN);
         self.bth.emit(&mut BthPacket::new_unchecked(head));
@@ -617,7 +631,6 @@ impl RoceRepr {
         emit_payload(payload);
         // Pad and ICRC: zero.
         tail.fill(0);
-        Ok(())
     }
 
     fn emit_ext(&self, h: ExtHeader, b: &mut [u8]) {
@@ -841,6 +854,18 @@ mod tests {
         r.emit(&mut RocePacket::new_unchecked(&mut buf[..]), |_| {})
             .unwrap();
         assert_eq!(buf, ATOMIC_ACK);
+
+        // emit_unchecked writes the same bytes for reprs that pass the check.
+        let mut again = [0x5Au8; 28];
+        r.emit_unchecked(&mut RocePacket::new_unchecked(&mut again[..]), |_| {});
+        assert_eq!(again, ATOMIC_ACK);
+        let r = ud_imm_repr();
+        let mut again = [0x5Au8; 36];
+        r.emit_unchecked(&mut RocePacket::new_unchecked(&mut again[..]), |p| {
+            p.copy_from_slice(b"hello")
+        });
+        assert_eq!(again[..32], UD_IMM[..32]);
+        assert_eq!(again[32..], [0, 0, 0, 0]);
     }
 
     #[test]

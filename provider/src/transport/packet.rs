@@ -159,8 +159,9 @@ pub(crate) fn emit<E>(
     let len = repr.buffer_len();
     let mut fill_result = Ok(());
     let mut pkt = RocePacket::new_unchecked(&mut buf[..len]);
-    repr.emit(&mut pkt, |p| fill_result = fill(p))
-        .expect("transport builds reprs that match their opcode");
+    // The transport builds reprs that match their opcode, and sized the buffer to them.
+    debug_assert!(repr.check().is_ok(), "{repr:?}");
+    repr.emit_unchecked(&mut pkt, |p| fill_result = fill(p));
     fill_result?;
     let facts = IcrcIpFacts::new(
         SocketAddr::new(route.local, route.src_port),
