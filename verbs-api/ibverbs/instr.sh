@@ -10,6 +10,10 @@
 # many times over, vary by a third between runs. The count includes the empty polls of
 # the client's wait, which vary with timing (the line says how many passes there were).
 #
+# Each process is pinned to one CPU of its own (`taskset`, when there are two), so that uroce
+# takes the defaults it takes in the lab's 1-CPU guests (an ACK held for the next request,
+# the engine thread's long check-ups): the code that runs there is the code counted here.
+#
 # Needs `make cabi-release` (or UROCE_BIN_DIR: a directory with uroce and uroce-lib/),
 # Debian's perftest, valgrind and python3. Usage: instr.sh [ITERS]
 set -euo pipefail
@@ -25,6 +29,11 @@ done
 [ -x /usr/bin/ib_send_lat ] || { echo "bench-instr: skipped: perftest not installed (apt-get install perftest)"; exit 0; }
 [ -f "$BIN/uroce-lib/libibverbs.so.1" ] || { echo "bench-instr: $BIN/uroce-lib/libibverbs.so.1 missing: run make cabi-release first"; exit 1; }
 source verbs-api/ibverbs/listening.sh
+# pin CPU: taskset -c CPU, when taskset exists and the machine has two CPUs.
+PIN0=() PIN1=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+    PIN0=(taskset -c 0) PIN1=(taskset -c 1)
+fi
 TMP=$(mktemp -d)
 SERVER=
 trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
@@ -32,10 +41,10 @@ trap '[ -n "$SERVER" ] && kill $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
 # count NAME PORT TEST ARGS...: one run, one line.
 count() {
     local name=$1 port=$2 test=$3; shift 3
-    "$U" exec --devices b0=127.0.92.1 -- "$test" -x 0 -p "$port" "$@" > "$TMP/s.txt" 2>&1 &
+    "${PIN1[@]}" "$U" exec --devices b0=127.0.92.1 -- "$test" -x 0 -p "$port" "$@" > "$TMP/s.txt" 2>&1 &
     SERVER=$!
     listening "$port"
-    if ! (cd "$TMP" && "$U" exec --devices b1=127.0.92.2 -- valgrind --tool=callgrind \
+    if ! (cd "$TMP" && "${PIN0[@]}" "$U" exec --devices b1=127.0.92.2 -- valgrind --tool=callgrind \
         --callgrind-out-file="$TMP/cg.out" "$test" -x 0 -p "$port" "$@" 127.0.92.1 > "$TMP/c.txt" 2>&1); then
         echo "bench-instr: $name failed; client:"; tail -n 20 "$TMP/c.txt"
         echo "server:"; tail -n 20 "$TMP/s.txt"
