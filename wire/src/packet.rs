@@ -610,7 +610,7 @@ impl RoceRepr {
     /// opcode ([`RoceRepr::check`] passes) and sized `packet` to [`RoceRepr::buffer_len`]:
     /// the transport, which emits every packet it sends. A repr that fails the check
     /// writes the headers it has where its opcode puts them (wrong bytes, never undefined
-    /// behaviour); a buffer of another length panics.
+    /// behaviour); a shorter buffer panics, a longer one has its tail zeroed.
     pub fn emit_unchecked<T, F>(&self, packet: &mut RocePacket<T>, emit_payload: F)
     where
         T: AsRef<[u8]> + AsMut<[u8]>,

@@ -518,8 +518,11 @@ impl QueuePair {
         // anything the packet completes is visible in a CQ (the responder and the completer
         // merge `tally` before they complete).
         let mut tally = received_tally(pkt);
-        if ce {
+        if ce || (state == QpState::Rtr && !inner.rc.comm_est) {
+            // Counted before the CNP it answers and the COMM_EST event it raises, too.
             self.merge_counts(inner, &std::mem::take(&mut tally));
+        }
+        if ce {
             self.note_ce(inner, now, src, &repr);
         }
         self.note_comm_est(inner, state);
