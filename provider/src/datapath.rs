@@ -322,9 +322,10 @@ impl Datapath {
         }
     }
 
-    /// Records the next deadline of `qpn` (`None`: no timer running) and, when `ready`, [`Datapath::mark_ready`] without a
-    /// wake, under one lock (what a QP tells the device after each packet and verb).
-    /// Returns true when the QP was not already marked ready.
+    /// Records the next deadline of `qpn` (`None`: no timer running) and, when `ready`,
+    /// does [`Datapath::mark_ready`] without a wake, under one lock (what a QP tells the
+    /// device after a packet or verb changed either). Returns true when the QP was not
+    /// already marked ready.
     pub(crate) fn sync_qp(&self, qpn: u32, at: Option<Instant>, ready: bool) -> bool {
         let mut s = self.sched.lock();
         s.set_deadline(qpn, at);
