@@ -385,6 +385,7 @@ impl EngineStats {
             }
             Some(r) => v.extend([
                 ("raw_rx_frames", r.rx_frames),
+                ("raw_rx_ring_drops", r.rx_ring_drops),
                 ("raw_rx_roce", r.rx_roce),
                 ("raw_rx_icrc_ok", r.rx_icrc_ok),
                 ("raw_rx_icrc_bad", r.rx_icrc_bad),
@@ -392,6 +393,7 @@ impl EngineStats {
                 ("raw_rx_malformed", r.rx_malformed),
                 ("raw_rx_ip_checksum_drops", r.rx_ip_checksum_drops),
                 ("raw_tx_frames", r.tx_frames),
+                ("raw_tx_batches", r.tx_batches),
                 ("raw_tx_errors", r.tx_errors),
                 ("raw_tx_blocked", r.tx_blocked),
                 ("raw_tx_self_drops", r.tx_self_drops),

@@ -1,7 +1,8 @@
 //! The raw-frame backend between two network namespaces joined by a veth pair: RC SEND,
 //! WRITE and READ with a UDP or raw peer, ICRC verified for every frame, DSCP/ECN set
 //! and read, a corrupted frame dropped, neighbour resolution from an empty table, RC
-//! under nftables loss, the CAP_NET_RAW error, and loopback.
+//! under nftables loss, the receive ring (overflow counted, the `recv` path without it),
+//! the CAP_NET_RAW error, and loopback.
 //!
 //! Needs root (namespaces, CAP_NET_RAW) and `ip` (Debian package iproute2); the loss
 //! test also needs `nft` (nftables). Without them each test prints why and passes.
@@ -322,34 +323,12 @@ fn raw_to_raw_dscp_and_ecn_set_on_send_are_seen_on_receive() {
 
 /// Sends `frame` out of interface `dev` from a packet socket of the calling thread.
 fn inject(dev: &str, frame: &[u8]) {
-    let name = std::ffi::CString::new(dev).unwrap();
-    // SAFETY: a NUL-terminated name.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    assert!(index > 0, "no interface {dev}");
-    // SAFETY: socket() has no memory-safety preconditions.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-    // SAFETY: all-zero sockaddr_ll is valid; the fields are set below.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_ifindex = index as i32;
-    sll.sll_halen = 6;
-    sll.sll_addr[..6].copy_from_slice(&frame[..6]);
-    // SAFETY: sends `frame.len()` bytes to a valid sockaddr_ll of the given size.
-    let n = unsafe {
-        libc::sendto(
-            fd,
-            frame.as_ptr().cast(),
-            frame.len(),
-            0,
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    let e = std::io::Error::last_os_error();
-    // SAFETY: closes the descriptor opened above, once.
-    unsafe { libc::close(fd) };
-    assert_eq!(n as usize, frame.len(), "sendto: {e}");
+    assert_eq!(
+        inject_many(dev, frame, 1),
+        1,
+        "sendto: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 #[test]
@@ -357,12 +336,32 @@ fn a_corrupted_frame_is_dropped_and_counted() {
     skip_unless_able!();
     let t = topo(4);
     let r = raw_dev(&t.a, t.a4, RawConfig::default(), 41);
+    let good = send_only_frame(&t, r.mac);
+    let mut bad = good.clone();
+    bad[14 + 20 + 8 + 12 + 5] ^= 0x10; // one payload bit
+    let vb = t.vb.clone();
+    t.b.enter(move || {
+        inject(&vb, &good);
+        inject(&vb, &bad);
+    });
+    wait_until("both frames to be counted", || {
+        let c = r.dev.counters();
+        c.unknown_qpn_drops == 1 && c.icrc_drops == 1
+    });
+    let s = r.stats();
+    assert_eq!((s.rx_icrc_ok, s.rx_icrc_bad), (1, 1), "{s:?}");
+    assert_eq!(r.dev.counters().icrc_unverifiable, 0);
+}
+
+/// An RC SEND Only frame from b to a's raw link (QPN 0x99: no such QP), 64 bytes of
+/// payload, the ICRC right.
+fn send_only_frame(t: &Topo, dst_mac: MacAddress) -> Vec<u8> {
     let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.b4, t.a4) else {
         unreachable!()
     };
     let emitter = FrameEmitter {
         ethernet: Some(EthernetRepr {
-            dst_addr: r.mac,
+            dst_addr: dst_mac,
             src_addr: MacAddress([2, 0, 0, 0, 0, 0x42]),
             vlan: None,
             ethertype: EtherType::IPV4,
@@ -384,28 +383,117 @@ fn a_corrupted_frame_is_dropped_and_counted() {
         },
         udp_checksum: UdpChecksumMode::ZeroOverIpv4,
     };
-    // RC SEND Only to QPN 0x99 (no such QP), 64 bytes of payload.
     let mut roce = vec![0u8; 12 + 64 + 4];
     roce[0] = 0x04;
     roce[2..4].copy_from_slice(&0xffffu16.to_be_bytes());
     roce[7] = 0x99;
-    let mut good = vec![0u8; 200];
-    let n = emitter.emit(&mut good, &roce).unwrap();
-    good.truncate(n);
-    let mut bad = good.clone();
-    bad[14 + 20 + 8 + 12 + 5] ^= 0x10; // one payload bit
+    let mut frame = vec![0u8; 200];
+    let n = emitter.emit(&mut frame, &roce).unwrap();
+    frame.truncate(n);
+    frame
+}
+
+/// Sends `count` copies of `frame` out of interface `dev` from one packet socket of the
+/// calling thread; returns how many the kernel took.
+fn inject_many(dev: &str, frame: &[u8], count: usize) -> usize {
+    let name = std::ffi::CString::new(dev).unwrap();
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert!(index > 0, "no interface {dev}");
+    // SAFETY: socket() has no memory-safety preconditions.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: all-zero sockaddr_ll is valid; the fields are set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = index as i32;
+    sll.sll_halen = 6;
+    sll.sll_addr[..6].copy_from_slice(&frame[..6]);
+    let mut sent = 0;
+    for _ in 0..count {
+        // SAFETY: sends `frame.len()` bytes to a valid sockaddr_ll of the given size.
+        let n = unsafe {
+            libc::sendto(
+                fd,
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        if n as usize == frame.len() {
+            sent += 1;
+        }
+    }
+    // SAFETY: closes the descriptor opened above, once.
+    unsafe { libc::close(fd) };
+    sent
+}
+
+#[test]
+fn a_full_receive_ring_drops_in_the_kernel_and_counts_it_then_receives_again() {
+    skip_unless_able!();
+    let t = topo(10);
+    let (a4, cfg) = (t.a4, RawConfig::default());
+    let mut link = t.a.enter(move || RawLink::open(a4, &cfg, 71).unwrap());
+    let frame = send_only_frame(&t, link.interface().mac);
+    // More frames than the ring has slots (4 MiB of ~1.6 KB slots at the veth's MTU 1500),
+    // in rounds, none read until the end: the kernel fills the ring, then drops.
     let vb = t.vb.clone();
-    t.b.enter(move || {
-        inject(&vb, &good);
-        inject(&vb, &bad);
+    let f = frame.clone();
+    let injected: usize =
+        t.b.enter(move || (0..8).map(|_| inject_many(&vb, &f, 1000)).sum());
+    let mut delivered = 0;
+    let mut ok = true;
+    while let Ok(n) = link.recv(|_, roce, _, _| {
+        delivered += 1;
+        ok &= roce.len() == 12 + 64 + 4;
+    }) {
+        if n == 0 {
+            break;
+        }
+    }
+    let s = link.stats();
+    assert!(ok, "every frame delivered whole");
+    assert!(s.rx_ring_drops > 0, "the ring overflowed: {s:?}");
+    assert!(delivered > 1000, "{delivered} delivered: {s:?}");
+    assert!(
+        delivered as u64 + s.rx_ring_drops <= injected as u64,
+        "{delivered} delivered + {} dropped of {injected}",
+        s.rx_ring_drops
+    );
+    assert_eq!(s.rx_frames, delivered as u64);
+    // The ring is whole again: the next frame arrives.
+    let vb = t.vb.clone();
+    assert_eq!(t.b.enter(move || inject_many(&vb, &frame, 1)), 1);
+    let mut again = 0;
+    wait_until("the frame after the overflow", || {
+        link.recv(|_, _, _, _| again += 1).unwrap();
+        again == 1
     });
-    wait_until("both frames to be counted", || {
-        let c = r.dev.counters();
-        c.unknown_qpn_drops == 1 && c.icrc_drops == 1
-    });
-    let s = r.stats();
-    assert_eq!((s.rx_icrc_ok, s.rx_icrc_bad), (1, 1), "{s:?}");
-    assert_eq!(r.dev.counters().icrc_unverifiable, 0);
+}
+
+#[test]
+fn raw_without_the_ring_and_with_it_carry_rc_both_ways() {
+    skip_unless_able!();
+    let t = topo(11);
+    let plain = RawConfig {
+        rx_ring: false,
+        ..RawConfig::default()
+    };
+    let ra = raw_dev(&t.a, t.a4, plain, 81);
+    let rb = raw_dev(&t.b, t.b4, RawConfig::default(), 82);
+    let (a, b) = (end(&ra.dev), end(&rb.dev));
+    connect(&a, &b, 14);
+    send_write_read(&a, &b, 200, 3000);
+    send_write_read(&b, &a, 200, 3000);
+    assert_all_verified(&ra);
+    assert_all_verified(&rb);
+    let (sa, sb) = (ra.stats(), rb.stats());
+    assert_eq!((sa.rx_ring_drops, sb.rx_ring_drops), (0, 0));
+    // Frames leave in sendmmsg batches: a 3000-byte message is 3 frames at MTU 1024.
+    assert!(sa.tx_batches < sa.tx_frames, "{sa:?}");
 }
 
 #[test]

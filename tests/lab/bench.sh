@@ -2,9 +2,11 @@
 # `make lab-bench`: uroce against Linux rxe on the same emulated machines, the lab's TCG
 # guests (one CPU each). Figures only: nothing is asserted.
 #
-# Each round boots the lab three times: two guests without rxe (RXELAB_RXE=0) running uroce
-# from a read-only share of the release build, for `uroce perf` and again for perftest on
-# uroce's library, then two guests with rxe: each stack on freshly booted guests. The same
+# Each round boots the lab four times: two guests without rxe (RXELAB_RXE=0) running uroce
+# from a read-only share of the release build, for `uroce perf`, again for perftest on
+# uroce's library (UDP backend, the default), and again for the same on the raw-frame
+# backend (UROCE_BACKEND=raw: a packet socket with a receive ring; the guests run as root),
+# then two guests with rxe: each stack on freshly booted guests. The same
 # workloads run on all, server in guest 1, client in guest 2: on uroce, `uroce perf` and, when the
 # drop-in libibverbs is built, Debian's own perftest binaries through `uroce exec`; on rxe,
 # the same perftest binaries. Rounds alternate (RUNS, default 2, since the emulated guests
@@ -12,7 +14,8 @@
 # the medians.
 #
 # Each uroce round also measures the guests' own UDP floor (plain UDP, no RDMA: the bound of
-# any userspace stack over UDP there) and a second table sets it beside rxe.
+# any userspace stack over UDP there) and the same ping-pong on a packet socket's receive
+# ring (the bound of the raw backend), and a second table sets them beside rxe.
 #
 #   tests/lab/bench.sh [PATTERN]     only the workloads whose name matches (grep -E; "floor":
 #                                    the UDP floor)
@@ -41,7 +44,8 @@ CABI=0; [ -e "$SHARE/uroce-lib/libibverbs.so.1" ] && CABI=1
 FLOOR=0
 if command -v cc >/dev/null &&
     cc -O2 -static -o "$SHARE/udp_pingpong" "$ROOT/tests/lab/udp_pingpong.c" 2>/dev/null &&
-    cc -O2 -static -o "$SHARE/udp_blast" "$ROOT/tests/lab/udp_blast.c" 2>/dev/null; then
+    cc -O2 -static -o "$SHARE/udp_blast" "$ROOT/tests/lab/udp_blast.c" 2>/dev/null &&
+    cc -O2 -static -o "$SHARE/ring_pingpong" "$ROOT/tests/lab/ring_pingpong.c" 2>/dev/null; then
     FLOOR=1
 else
     echo "lab-bench: no C compiler (cc): the guests' UDP floor is not measured" >&2
@@ -102,7 +106,7 @@ floor_run() {
     gsh 2 "timeout 60 $ccmd" > "$out.client.txt" 2>&1
     gsh 1 "sleep 1; cat /tmp/floor.txt; killall -q udp_pingpong udp_blast 2>/dev/null; true" > "$out.server.txt" 2>&1
     case $name in
-        rt-busy-ack) v=$(awk '/round trip us/ { printf "%.1f", $7 / 2 }' "$out.client.txt") ;;
+        rt-busy-ack|ring-busy-ack) v=$(awk '/round trip us/ { printf "%.1f", $7 / 2 }' "$out.client.txt") ;;
         rt-block) v=$(awk '/round trip us/ { print $7 }' "$out.client.txt") ;;
         blast-4136) v=$(awk '/^recv/ { printf "%.2f", $2 * 4096 / 4136 }' "$out.server.txt") ;;
         blast-96) v=$(awk '/^recv/ { printf "%.2f", $2 * 64 / 96 }' "$out.server.txt") ;;
@@ -116,6 +120,7 @@ run_floor() {
     local P=/mnt/host
     floor_run rt-busy-ack "timeout 90 $P/udp_pingpong server 18600 spin ack" "$P/udp_pingpong client 10.99.0.11 18600 2000 spin ack"
     floor_run rt-block "timeout 90 $P/udp_pingpong server 18601 block noack" "$P/udp_pingpong client 10.99.0.11 18601 2000 block noack"
+    floor_run ring-busy-ack "timeout 90 $P/ring_pingpong server eth0 10.99.0.11 18604" "$P/ring_pingpong client eth0 10.99.0.12 10.99.0.11 52:54:00:99:00:11 18604 2000"
     floor_run blast-4136 "timeout 30 $P/udp_blast recv 18602 5 nogro" "$P/udp_blast send 10.99.0.11 18602 6 4136 16 0"
     floor_run blast-96 "timeout 30 $P/udp_blast recv 18603 5 nogro" "$P/udp_blast send 10.99.0.11 18603 6 96 16 0"
 }
@@ -130,6 +135,8 @@ run_workloads() {
                              "env $UROCE_ENV /mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
             uroce-ib) pair $stack $name $unit "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
                            "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
+            uroce-raw) pair $stack $name $unit "env UROCE_BACKEND=raw $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
+                            "env UROCE_BACKEND=raw $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
             rxe) pair $stack $name $unit "ib_$test -d rxe0 -x 1 -F $args" \
                       "ib_$test -d rxe0 -x 1 -F $args" ;;
         esac
@@ -154,6 +161,9 @@ for R in $(seq 1 "$RUNS"); do
         bash "$LAB/down.sh" >/dev/null 2>&1
         RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
         run_workloads uroce-ib
+        bash "$LAB/down.sh" >/dev/null 2>&1
+        RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+        run_workloads uroce-raw
     fi
     echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
     bash "$LAB/down.sh" >/dev/null 2>&1
@@ -163,7 +173,7 @@ done
 bash "$LAB/down.sh" >/dev/null 2>&1
 
 # The table: median [min-max] of each stack, and each uroce column's ratio to rxe.
-stacks="uroce-perf"; [ $CABI = 1 ] && stacks="$stacks uroce-ib"; stacks="$stacks rxe"
+stacks="uroce-perf"; [ $CABI = 1 ] && stacks="$stacks uroce-ib uroce-raw"; stacks="$stacks rxe"
 python3 - "$OUTDIR/figures.txt" "$WORKLOADS" $stacks <<'EOF'
 import statistics, sys
 figs, workloads, stacks = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -194,6 +204,7 @@ for w in workloads.strip().splitlines():
         print("| " + " | ".join(row) + " |")
 # The floor beside rxe: the best ratio to rxe that any stack over the guests' UDP could show.
 floors = [("rt-busy-ack", "send_lat-8 write_lat-8", "usec, half the round trip", "busy-polled UDP with ACK datagrams"),
+          ("ring-busy-ack", "send_lat-8 write_lat-8", "usec, half the round trip", "the same on a packet socket's receive ring"),
           ("rt-block", "read_lat-8", "usec, whole round trip", "blocking UDP, no ACKs"),
           ("blast-4136", "write_bw-64K read_bw-64K send_bw-64K", "MB/s", "sendmmsg of 16 x 4136 B"),
           ("blast-96", "write_bw-64 read_bw-64 send_bw-64", "MB/s", "sendmmsg of 16 x 96 B")]

@@ -187,7 +187,9 @@ impl Device {
 /// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
 /// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]),
 /// and its UDP GSO, GRO and paged sends, which `UROCE_GSO=1` turns on and `UROCE_GRO=0` /
-/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]), and the engine's
+/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]), the raw
+/// backend's receive ring, which `UROCE_RAW_RING=0` turns off
+/// ([`p::backend::raw::RawConfig::with_env`]), and the engine's
 /// batch of posts, which `UROCE_POST_BATCH` sets ([`p::engine::EngineConfig::with_env`]). Any
 /// other value is a [`VerbsError::Backend`] that says what is allowed.
 pub fn backend_from_env() -> Result<Box<dyn Backend>> {
@@ -206,8 +208,8 @@ pub fn backend_from_env() -> Result<Box<dyn Backend>> {
             engine,
         })),
         "raw" => Ok(Box::new(p::backend::raw::RawBackend {
+            raw: p::backend::raw::RawConfig::default().with_env()?,
             engine,
-            ..Default::default()
         })),
         _ => Err(p::backend::BackendError::Config(
             "UROCE_BACKEND must be `udp` (the default) or `raw` (needs CAP_NET_RAW)",

@@ -1,5 +1,6 @@
 //! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`;
-//! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off;
+//! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off, and
+//! `UROCE_RAW_RING` the raw backend's receive ring;
 //! `UROCE_ACK_DELAY_US` sets the ACK coalescing delay.
 //! One test only, so no other test of this binary sees the environment change.
 
@@ -46,6 +47,17 @@ fn uroce_backend_selects_udp_or_raw_and_refuses_anything_else() {
         m.contains("127.14.30.2") && m.contains("UDP backend"),
         "{m}"
     );
+
+    // UROCE_RAW_RING: 0 or 1 (recv per frame, or the receive ring).
+    std::env::set_var("UROCE_RAW_RING", "0");
+    assert_eq!(backend_from_env().unwrap().name(), "raw");
+    std::env::set_var("UROCE_RAW_RING", "mmap");
+    let Err(e) = backend_from_env() else {
+        panic!("a bad UROCE_RAW_RING is refused")
+    };
+    let m = one_line(&e);
+    assert!(m.contains("UROCE_RAW_RING") && m.contains('0'), "{m}");
+    std::env::remove_var("UROCE_RAW_RING");
 
     std::env::set_var("UROCE_BACKEND", "rdma");
     let e = devs[1].open().unwrap_err();

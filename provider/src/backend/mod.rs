@@ -40,6 +40,7 @@
 //!   a chance of 2^-26 rather than 2^-32 to pass.
 
 pub mod raw;
+mod ring;
 pub mod udp;
 
 use crate::datapath::{RxIcrc, Transmit, Waker};

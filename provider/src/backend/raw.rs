@@ -17,12 +17,17 @@
 //!
 //! # Sockets
 //!
-//! - One `AF_PACKET`/`SOCK_RAW` socket on the interface that owns the device's address,
-//!   opened with `pnet_datalink::channel` (bound to the interface, not promiscuous,
-//!   non-blocking). Before pnet binds it, a classic BPF filter is attached that keeps only
-//!   unfragmented UDP to port 4791 addressed to the device's IP (so the kernel copies
-//!   nothing else to us), and `PACKET_IGNORE_OUTGOING` is set (so our own frames are not
-//!   read back). The same checks are repeated in userspace after parsing.
+//! - One `AF_PACKET`/`SOCK_RAW` socket on the interface that owns the device's address
+//!   (bound to the interface, not promiscuous, non-blocking). Before it is bound, a
+//!   classic BPF filter is attached that keeps only unfragmented UDP to port 4791
+//!   addressed to the device's IP (so the kernel copies nothing else to us),
+//!   `PACKET_IGNORE_OUTGOING` is set (so our own frames are not read back), and a
+//!   **receive ring** is mapped (`PACKET_RX_RING`, `TPACKET_V2`, 4 MiB of slots each as
+//!   large as the interface's largest frame; [`RawConfig::rx_ring`]): the kernel copies
+//!   each frame the filter keeps into the next slot, and a pass finds it by reading the
+//!   slot's status word, with no system call, so an empty poll costs a memory read. The
+//!   same checks are repeated in userspace after parsing. Sends go [`TX_SLOTS`] frames
+//!   to a `sendmmsg` (one per pass for a ping-pong's packets), never with a `poll` first.
 //! - One **guard UDP socket** bound to `(address, 4791)`, so the kernel, which also
 //!   receives every frame, does not answer RoCE traffic with ICMP port unreachable. A BPF
 //!   program that drops everything is attached to it, so nothing queues on it (the kernel
@@ -89,9 +94,10 @@
 //!
 //! No VLAN tag is written (the kernel strips received tags before a packet socket sees
 //! them). A packet to the device's own address on a non-loopback interface is dropped
-//! and counted ([`RawStats::tx_self_drops`]). One `recvfrom`/`sendto` per frame (through
-//! pnet), no `PACKET_MMAP` ring yet.
+//! and counted ([`RawStats::tx_self_drops`]). No transmit ring (`PACKET_TX_RING`): a
+//! send pass's frames are copied once into the kernel by `sendmmsg`.
 
+use super::ring::RxRing;
 use super::udp::{interface_of, SendOutcome};
 use super::{Backend, BackendError, Opened};
 use crate::datapath::{RxIcrc, Transmit, MAX_ROCE_PACKET_LEN};
@@ -99,13 +105,12 @@ use crate::device::{Device, DeviceConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::limits::DeviceLimits;
 use crate::time::Instant;
-use pnet_datalink::{DataLinkReceiver, DataLinkSender};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::HashMap;
 use std::io;
 use std::mem;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use uroce_wire::frame::{FrameEmitter, IpRepr, UdpChecksumMode};
@@ -146,6 +151,11 @@ pub struct RawConfig {
     pub mtu: Option<Mtu>,
     /// Frames received per engine batch, 1..=1024. Default 32.
     pub batch: usize,
+    /// Receive through a `PACKET_MMAP` ring shared with the kernel (`PACKET_RX_RING`,
+    /// `TPACKET_V2`, 4 MiB), so that looking for frames is a memory read, not a system
+    /// call. Default true; `false` (or `UROCE_RAW_RING=0`, [`RawConfig::with_env`]): one
+    /// `recv` per frame. A kernel that refuses the ring gets the `recv` path.
+    pub rx_ring: bool,
     /// Most frames waiting for a neighbour's MAC at once (then dropped). Default 64.
     pub pending_frames: usize,
     /// Longest a frame waits for a neighbour's MAC before it is dropped. Default 1 s.
@@ -154,6 +164,18 @@ pub struct RawConfig {
     pub neighbour_retry: Duration,
     /// A learned MAC is re-read from the kernel's table after this long. Default 5 s.
     pub neighbour_max_age: Duration,
+}
+
+impl RawConfig {
+    /// This configuration with what the environment sets: `UROCE_RAW_RING=0` receives
+    /// with one `recv` per frame instead of the ring ([`RawConfig::rx_ring`]). Errors: a
+    /// value other than 0/1 (off/on).
+    pub fn with_env(mut self) -> Result<RawConfig, BackendError> {
+        self.rx_ring = super::udp::env_flag("UROCE_RAW_RING", self.rx_ring).ok_or(
+            BackendError::Config("UROCE_RAW_RING must be 0 or 1 (recv per frame, or the ring)"),
+        )?;
+        Ok(self)
+    }
 }
 
 impl Default for RawConfig {
@@ -166,6 +188,7 @@ impl Default for RawConfig {
             ipv4_ident: Ipv4Ident::Incrementing,
             mtu: None,
             batch: 32,
+            rx_ring: true,
             pending_frames: 64,
             neighbour_wait: Duration::from_secs(1),
             neighbour_retry: Duration::from_millis(100),
@@ -295,8 +318,11 @@ impl Backend for RawBackend {
 /// Counts of the raw link (the device counts the RoCE events).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawStats {
-    /// Frames read from the packet socket.
+    /// Frames read from the packet socket (its ring or `recv`).
     pub rx_frames: u64,
+    /// Frames the kernel dropped because the receive ring had no free slot (RC
+    /// retransmits them).
+    pub rx_ring_drops: u64,
     /// RoCE frames to our address handed to the device (good and bad ICRC).
     pub rx_roce: u64,
     /// Of those, frames whose ICRC verified.
@@ -305,7 +331,8 @@ pub struct RawStats {
     pub rx_icrc_bad: u64,
     /// Frames that were not RoCEv2 to our address (skipped).
     pub rx_not_ours: u64,
-    /// RoCE-looking frames that failed to parse (lengths, IP header), dropped.
+    /// RoCE-looking frames that failed to parse (lengths, IP header), or were longer
+    /// than a ring slot, dropped.
     pub rx_malformed: u64,
     /// IPv4 frames with a bad header checksum, dropped (as the kernel would).
     pub rx_ip_checksum_drops: u64,
@@ -315,6 +342,8 @@ pub struct RawStats {
     pub rx_dscp: [u64; 64],
     /// Frames sent.
     pub tx_frames: u64,
+    /// `sendmmsg` calls that sent frames (each carries up to [`TX_SLOTS`]).
+    pub tx_batches: u64,
     /// Frames the kernel refused (dropped; RC retransmits).
     pub tx_errors: u64,
     /// Times the socket buffer was full (the frame waits for writability).
@@ -337,6 +366,7 @@ impl Default for RawStats {
     fn default() -> RawStats {
         RawStats {
             rx_frames: 0,
+            rx_ring_drops: 0,
             rx_roce: 0,
             rx_icrc_ok: 0,
             rx_icrc_bad: 0,
@@ -346,6 +376,7 @@ impl Default for RawStats {
             rx_ecn: [0; 4],
             rx_dscp: [0; 64],
             tx_frames: 0,
+            tx_batches: 0,
             tx_errors: 0,
             tx_blocked: 0,
             tx_self_drops: 0,
@@ -414,14 +445,94 @@ enum Xmit {
     Failed,
 }
 
+/// Frames a send pass queues before one `sendmmsg` hands them to the kernel.
+pub const TX_SLOTS: usize = 32;
+
+/// Frames built for one `sendmmsg`: slots `head..len` wait to be sent (those before
+/// `head` went); a batch that found the socket full keeps its unsent frames for the next
+/// send pass.
+struct TxBatch {
+    bufs: Box<[u8]>,
+    lens: [usize; TX_SLOTS],
+    head: usize,
+    len: usize,
+}
+
+impl TxBatch {
+    fn new() -> TxBatch {
+        TxBatch {
+            bufs: vec![0u8; TX_SLOTS * FRAME_BUF].into_boxed_slice(),
+            lens: [0; TX_SLOTS],
+            head: 0,
+            len: 0,
+        }
+    }
+
+    /// Sends slots `head..len` with as few `sendmmsg` calls as the kernel takes. Returns
+    /// true when the socket is full (the rest stay for later). A frame the kernel refuses
+    /// otherwise is dropped and counted.
+    fn flush(&mut self, fd: RawFd, stats: &mut RawStats, out: &mut SendOutcome) -> bool {
+        while self.head < self.len {
+            // SAFETY: all-zero bytes are valid iovecs and mmsghdrs (null pointers, zero
+            // lengths), and only the first `n` are handed to the kernel, each filled in.
+            let mut iov: [libc::iovec; TX_SLOTS] = unsafe { mem::zeroed() };
+            let mut msgs: [libc::mmsghdr; TX_SLOTS] = unsafe { mem::zeroed() };
+            let n = self.len - self.head;
+            for k in 0..n {
+                let i = self.head + k;
+                iov[k].iov_base = self.bufs[i * FRAME_BUF..].as_mut_ptr().cast();
+                iov[k].iov_len = self.lens[i];
+                msgs[k].msg_hdr.msg_iov = &mut iov[k];
+                msgs[k].msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: `msgs[..n]` point to `iov[..n]`, which point into `bufs` at frames of
+            // the lengths given; all of it lives across the call. No address: the socket is
+            // bound to the interface, whose frames these are.
+            let r = unsafe {
+                libc::sendmmsg(fd, msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT)
+            };
+            if r > 0 {
+                let r = r as usize;
+                self.head += r;
+                stats.tx_frames += r as u64;
+                stats.tx_batches += 1;
+                out.sent += r;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
+                    stats.tx_blocked += 1;
+                    out.blocked_on = Some(fd);
+                    return true;
+                }
+                _ => {
+                    stats.tx_errors += 1;
+                    self.head += 1;
+                }
+            }
+        }
+        self.head = 0;
+        self.len = 0;
+        false
+    }
+}
+
 /// The sockets and neighbour state of one device on the raw-frame backend.
 pub struct RawLink {
     local: SocketAddr,
     iface: RawInterface,
     mtu: Mtu,
-    tx: Box<dyn DataLinkSender>,
-    rx: Box<dyn DataLinkReceiver>,
-    /// The packet socket's descriptor (owned by pnet's channel) for poll.
+    /// The packet socket, bound to the interface, non-blocking (`fd` is its number).
+    _sock: OwnedFd,
+    /// Its receive ring ([`RawConfig::rx_ring`]); `None`: `recv` into `rx_buf`.
+    ring: Option<RxRing>,
+    rx_buf: Box<[u8]>,
+    /// Ring drops read by [`RawLink::stats`] (those read on receive are in `stats`).
+    late_ring_drops: std::cell::Cell<u64>,
+    tx: TxBatch,
+    /// The packet socket's descriptor, for poll.
     fd: RawFd,
     _guard: Socket,
     nudge: Socket,
@@ -433,9 +544,6 @@ pub struct RawLink {
     spare: Vec<Box<[u8]>>,
     next_check: Instant,
     scratch: Box<[u8]>,
-    frame: Box<[u8]>,
-    /// Length of a frame in `frame` that found the socket full.
-    held: Option<usize>,
     stats: RawStats,
 }
 
@@ -695,9 +803,15 @@ impl RawLink {
             return Err(RawError::Loopback { addr, name }.into());
         }
         // SAFETY: socket() has no memory-safety preconditions. Protocol 0: the socket
-        // receives nothing until pnet binds it to the interface (with ETH_P_ALL), so no
-        // frame of another interface is queued before the filter applies.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        // receives nothing until it is bound below (with ETH_P_ALL), so no frame of
+        // another interface is queued before the filter applies.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
         if fd < 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
@@ -708,46 +822,64 @@ impl RawLink {
             }
             .into());
         }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns; it closes it on error
-        // until pnet takes it over below.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
         attach_filter(fd, &rocev2_filter(addr))
             .map_err(os_err("setsockopt(SO_ATTACH_FILTER)", &name))?;
         // Best effort (Linux >= 4.20): without it our frames, read back, fail the
         // destination check.
         let _ = setsockopt_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-        let ni = pnet_datalink::interfaces()
-            .into_iter()
-            .find(|i| i.index == iface.index)
-            .ok_or_else(|| RawError::UnknownInterface { name: name.clone() })?;
-        let read_buf = (iface.mtu as usize + 18).clamp(FRAME_BUF, 65536 + 18);
-        let pcfg = pnet_datalink::Config {
-            read_buffer_size: read_buf,
-            write_buffer_size: 64,
-            read_timeout: Some(Duration::ZERO),
-            write_timeout: Some(Duration::ZERO),
-            promiscuous: false,
-            socket_fd: Some(fd),
-            ..pnet_datalink::Config::default()
-        };
-        // pnet now owns the descriptor (it closes it on error and when the channel drops).
-        let fd = owned.into_raw_fd();
-        let (tx, rx) = match pnet_datalink::channel(&ni, pcfg) {
-            Ok(pnet_datalink::Channel::Ethernet(tx, rx)) => (tx, rx),
-            Ok(_) => {
-                return Err(RawError::NotEthernet { name }.into());
-            }
-            Err(e) => {
-                return Err(match e.raw_os_error() {
-                    Some(libc::EPERM) | Some(libc::EACCES) => {
-                        RawError::NeedsCapNetRaw { interface: name }
-                    }
-                    _ => os_err("bind(AF_PACKET)", &name)(e),
+        // The ring goes before the bind, so that no frame lands in the socket's queue.
+        let ring = if config.rx_ring {
+            match RxRing::open(fd, iface.mtu as usize) {
+                Ok(r) => {
+                    tracing::debug!(
+                        interface = %name,
+                        slots = r.frames(),
+                        slot_bytes = r.frame_size(),
+                        "receiving through a PACKET_RX_RING"
+                    );
+                    Some(r)
                 }
-                .into())
+                Err(e) => {
+                    tracing::debug!(error = %e, interface = %name, "no PACKET_RX_RING: recv per frame");
+                    None
+                }
             }
+        } else {
+            None
+        };
+        if ring.is_none() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        }
+        // SAFETY: all-zero bytes are a valid sockaddr_ll.
+        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = iface.index as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => {
+                    RawError::NeedsCapNetRaw { interface: name }
+                }
+                _ => os_err("bind(AF_PACKET)", &name)(e),
+            }
+            .into());
+        }
+        let rx_buf_len = if ring.is_some() {
+            0
+        } else {
+            (iface.mtu as usize + 18).clamp(FRAME_BUF, 65536 + 18)
         };
         let guard = guard_socket(addr)?;
         let nudge = {
@@ -773,8 +905,11 @@ impl RawLink {
             local: SocketAddr::new(addr, ROCEV2_PORT),
             iface,
             mtu,
-            tx,
-            rx,
+            _sock: sock,
+            ring,
+            rx_buf: vec![0u8; rx_buf_len].into_boxed_slice(),
+            late_ring_drops: std::cell::Cell::new(0),
+            tx: TxBatch::new(),
             fd,
             _guard: guard,
             nudge,
@@ -786,8 +921,6 @@ impl RawLink {
             spare,
             next_check: Instant::ZERO,
             scratch: vec![0u8; MAX_ROCE_PACKET_LEN].into_boxed_slice(),
-            frame: vec![0u8; FRAME_BUF].into_boxed_slice(),
-            held: None,
             stats: RawStats::default(),
         })
     }
@@ -817,9 +950,16 @@ impl RawLink {
         self.config.batch
     }
 
-    /// Counts so far.
+    /// Counts so far. Reads the kernel's count of frames the full ring dropped
+    /// ([`RawStats::rx_ring_drops`]; a frame that arrives after a drop also brings it).
     pub fn stats(&self) -> RawStats {
-        self.stats
+        if let Some(r) = &self.ring {
+            self.late_ring_drops
+                .set(self.late_ring_drops.get() + r.take_drops());
+        }
+        let mut s = self.stats;
+        s.rx_ring_drops += self.late_ring_drops.get();
+        s
     }
 
     /// When the link needs a pass although nothing arrives: frames wait for a MAC.
@@ -831,9 +971,9 @@ impl RawLink {
         }
     }
 
-    /// True while a frame waits for the socket to become writable.
+    /// True while frames wait for the socket to become writable.
     pub fn has_queued(&self) -> bool {
-        self.held.is_some()
+        self.tx.head < self.tx.len
     }
 
     /// Receives up to one batch of frames without blocking and calls
@@ -844,69 +984,56 @@ impl RawLink {
         let stats = &mut self.stats;
         let mut n = 0;
         while n < self.config.batch {
-            let frame = match self.rx.next() {
-                Ok(frame) => frame,
-                Err(e) => {
+            if let Some(ring) = &mut self.ring {
+                let Some(frame) = ring.peek(&mut stats.rx_ring_drops) else {
+                    break;
+                };
+                if frame.truncated {
+                    stats.rx_frames += 1;
+                    stats.rx_malformed += 1;
+                } else {
+                    deliver(frame.bytes, local_ip, stats, &mut f);
+                }
+                ring.release();
+            } else {
+                // SAFETY: `rx_buf` is a live buffer of the length given.
+                let r = unsafe {
+                    libc::recv(
+                        self.fd,
+                        self.rx_buf.as_mut_ptr().cast(),
+                        self.rx_buf.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    )
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
                     let idle = matches!(
                         e.kind(),
-                        io::ErrorKind::TimedOut
-                            | io::ErrorKind::WouldBlock
-                            | io::ErrorKind::Interrupted
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                     );
                     if idle || n > 0 {
                         break;
                     }
                     return Err(e);
                 }
-            };
-            n += 1;
-            stats.rx_frames += 1;
-            let fr = match uroce_wire::parse_ethernet_frame(frame) {
-                Ok(fr) => fr,
-                Err(
-                    uroce_wire::Error::NotUdp(_)
-                    | uroce_wire::Error::NotRoce(_)
-                    | uroce_wire::Error::UnsupportedEthertype(_),
-                ) => {
-                    stats.rx_not_ours += 1;
-                    continue;
-                }
-                Err(_) => {
+                let len = r as usize;
+                if len > self.rx_buf.len() {
+                    stats.rx_frames += 1;
                     stats.rx_malformed += 1;
-                    continue;
+                } else {
+                    deliver(&self.rx_buf[..len], local_ip, stats, &mut f);
                 }
-            };
-            if fr.ip.dst_addr() != local_ip {
-                stats.rx_not_ours += 1;
-                continue;
             }
-            if fr.ip_checksum == ChecksumStatus::Invalid {
-                stats.rx_ip_checksum_drops += 1;
-                continue;
-            }
-            stats.rx_roce += 1;
-            if fr.icrc.is_ok() {
-                stats.rx_icrc_ok += 1;
-                stats.rx_ecn[usize::from(fr.ip.ecn() & 3)] += 1;
-                stats.rx_dscp[usize::from(fr.ip.dscp() & 63)] += 1;
-            } else {
-                stats.rx_icrc_bad += 1;
-            }
-            let src = SocketAddr::new(fr.ip.src_addr(), fr.udp.src_port);
-            f(
-                src,
-                fr.roce,
-                RxIcrc::Verified(fr.icrc),
-                Ecn::from_bits(fr.ip.ecn()),
-            );
+            n += 1;
         }
         Ok(n)
     }
 
-    /// Sends: first a frame that found the socket full, then frames whose MAC became
+    /// Sends: first the frames that found the socket full, then frames whose MAC became
     /// known, then packets from `produce` (which writes a RoCE packet into the buffer it
     /// is given, [`MAX_ROCE_PACKET_LEN`] bytes, and says where it goes), up to
-    /// `max_packets` of them, until `produce` has nothing or the socket is full.
+    /// `max_packets` of them, until `produce` has nothing or the socket is full. Frames go
+    /// to the kernel [`TX_SLOTS`] at a time, one `sendmmsg` each.
     pub fn send(
         &mut self,
         now: Instant,
@@ -914,22 +1041,17 @@ impl RawLink {
         mut produce: impl FnMut(&mut [u8]) -> Option<Transmit>,
     ) -> SendOutcome {
         let mut out = SendOutcome::default();
-        if let Some(len) = self.held {
-            match xmit(&mut *self.tx, &self.frame[..len], &mut self.stats) {
-                Xmit::Blocked => {
-                    out.blocked_on = Some(self.fd);
-                    return out;
-                }
-                Xmit::Sent => out.sent += 1,
-                Xmit::Failed => {}
-            }
-            self.held = None;
+        if self.tx.flush(self.fd, &mut self.stats, &mut out) {
+            return out;
         }
         if !self.pending.is_empty() && now >= self.next_check && self.service_pending(now, &mut out)
         {
             return out;
         }
         for _ in 0..max_packets.max(1) {
+            if self.tx.len == TX_SLOTS && self.tx.flush(self.fd, &mut self.stats, &mut out) {
+                return out;
+            }
             let Some(t) = produce(&mut self.scratch) else {
                 break;
             };
@@ -945,17 +1067,19 @@ impl RawLink {
             let ident = self.next_ident();
             match dst_mac {
                 Some(mac) => {
-                    let Some(flen) = self.emit(&t, ident, mac, len, None) else {
-                        continue;
-                    };
-                    match xmit(&mut *self.tx, &self.frame[..flen], &mut self.stats) {
-                        Xmit::Sent => out.sent += 1,
-                        Xmit::Failed => {}
-                        Xmit::Blocked => {
-                            self.held = Some(flen);
-                            out.blocked_on = Some(self.fd);
-                            return out;
-                        }
+                    let mut tx = mem::replace(&mut self.tx.bufs, Box::new([]));
+                    let i = self.tx.len;
+                    let built = self.emit(
+                        &t,
+                        ident,
+                        mac,
+                        len,
+                        &mut tx[i * FRAME_BUF..(i + 1) * FRAME_BUF],
+                    );
+                    self.tx.bufs = tx;
+                    if let Some(flen) = built {
+                        self.tx.lens[i] = flen;
+                        self.tx.len += 1;
                     }
                 }
                 None => {
@@ -963,7 +1087,7 @@ impl RawLink {
                         self.stats.neigh_drops += 1;
                         continue;
                     };
-                    match self.emit(&t, ident, MacAddress::default(), len, Some(&mut buf)) {
+                    match self.emit(&t, ident, MacAddress::default(), len, &mut buf) {
                         Some(flen) => {
                             self.stats.neigh_waits += 1;
                             if self.pending.is_empty() {
@@ -981,6 +1105,7 @@ impl RawLink {
                 }
             }
         }
+        self.tx.flush(self.fd, &mut self.stats, &mut out);
         out
     }
 
@@ -994,15 +1119,15 @@ impl RawLink {
         }
     }
 
-    /// Writes the frame of the packet in `scratch[..len]` into `into` (or `self.frame`).
-    /// Returns its length, or `None` (counted in `tx_errors`) when it cannot be built.
+    /// Writes the frame of the packet in `scratch[..len]` into `into`. Returns its
+    /// length, or `None` (counted in `tx_errors`) when it cannot be built.
     fn emit(
         &mut self,
         t: &Transmit,
         ident: u16,
         dst_mac: MacAddress,
         len: usize,
-        into: Option<&mut [u8]>,
+        into: &mut [u8],
     ) -> Option<usize> {
         let c = &self.config;
         let ecn = c.ecn as u8;
@@ -1048,11 +1173,7 @@ impl RawLink {
             },
             udp_checksum: UdpChecksumMode::ZeroOverIpv4,
         };
-        let buf = match into {
-            Some(b) => b,
-            None => &mut self.frame[..],
-        };
-        match emitter.emit(buf, &self.scratch[..len]) {
+        match emitter.emit(into, &self.scratch[..len]) {
             Ok(n) => Some(n),
             Err(_) => {
                 self.stats.tx_errors += 1;
@@ -1170,7 +1291,7 @@ impl RawLink {
                 Some(mac) => {
                     let p = &mut self.pending[i];
                     p.buf[..6].copy_from_slice(&mac.0);
-                    match xmit(&mut *self.tx, &p.buf[..p.len], &mut self.stats) {
+                    match xmit(self.fd, &p.buf[..p.len], &mut self.stats) {
                         Xmit::Blocked => {
                             out.blocked_on = Some(self.fd);
                             return true;
@@ -1195,17 +1316,65 @@ impl RawLink {
     }
 }
 
-/// Hands one frame to the packet socket.
-fn xmit(tx: &mut dyn DataLinkSender, frame: &[u8], stats: &mut RawStats) -> Xmit {
-    match tx.send_to(frame, None) {
-        Some(Ok(())) => {
-            stats.tx_frames += 1;
-            Xmit::Sent
+/// Counts one received frame and hands it to `f` when it is RoCEv2 to `local_ip` (see
+/// [`RawLink::recv`]).
+fn deliver(
+    frame: &[u8],
+    local_ip: IpAddr,
+    stats: &mut RawStats,
+    f: &mut impl FnMut(SocketAddr, &[u8], RxIcrc, Ecn),
+) {
+    stats.rx_frames += 1;
+    let fr = match uroce_wire::parse_ethernet_frame(frame) {
+        Ok(fr) => fr,
+        Err(
+            uroce_wire::Error::NotUdp(_)
+            | uroce_wire::Error::NotRoce(_)
+            | uroce_wire::Error::UnsupportedEthertype(_),
+        ) => {
+            stats.rx_not_ours += 1;
+            return;
         }
-        Some(Err(e))
-            if e.kind() == io::ErrorKind::TimedOut
-                || matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) =>
-        {
+        Err(_) => {
+            stats.rx_malformed += 1;
+            return;
+        }
+    };
+    if fr.ip.dst_addr() != local_ip {
+        stats.rx_not_ours += 1;
+        return;
+    }
+    if fr.ip_checksum == ChecksumStatus::Invalid {
+        stats.rx_ip_checksum_drops += 1;
+        return;
+    }
+    stats.rx_roce += 1;
+    if fr.icrc.is_ok() {
+        stats.rx_icrc_ok += 1;
+        stats.rx_ecn[usize::from(fr.ip.ecn() & 3)] += 1;
+        stats.rx_dscp[usize::from(fr.ip.dscp() & 63)] += 1;
+    } else {
+        stats.rx_icrc_bad += 1;
+    }
+    let src = SocketAddr::new(fr.ip.src_addr(), fr.udp.src_port);
+    f(
+        src,
+        fr.roce,
+        RxIcrc::Verified(fr.icrc),
+        Ecn::from_bits(fr.ip.ecn()),
+    );
+}
+
+/// Hands one frame to the packet socket (bound to its interface), without blocking.
+fn xmit(fd: RawFd, frame: &[u8], stats: &mut RawStats) -> Xmit {
+    // SAFETY: `frame` is a live buffer of the length given.
+    let r = unsafe { libc::send(fd, frame.as_ptr().cast(), frame.len(), libc::MSG_DONTWAIT) };
+    if r >= 0 {
+        stats.tx_frames += 1;
+        return Xmit::Sent;
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => {
             stats.tx_blocked += 1;
             Xmit::Blocked
         }

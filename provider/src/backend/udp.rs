@@ -290,7 +290,7 @@ impl UdpConfig {
 }
 
 /// An on/off environment variable: `default` when unset or empty, `None` when malformed.
-fn env_flag(name: &str, default: bool) -> Option<bool> {
+pub(super) fn env_flag(name: &str, default: bool) -> Option<bool> {
     let v = std::env::var(name).unwrap_or_default();
     match v.trim().to_ascii_lowercase().as_str() {
         "" => Some(default),
