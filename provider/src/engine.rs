@@ -381,6 +381,9 @@ impl EngineStats {
                     ("udp_tx_gso_segments", u.tx_gso_segments),
                     ("udp_tx_gso_refused", u.tx_gso_refused),
                     ("udp_tx_paged_sends", u.tx_paged_sends),
+                    ("udp_rx_frames", u.rx_frames),
+                    ("udp_rx_ring_drops", u.rx_ring_drops),
+                    ("udp_rx_frame_drops", u.rx_frame_drops),
                 ]);
             }
             Some(r) => v.extend([
@@ -992,8 +995,13 @@ impl Shared {
                 }
                 let (got, batch) = match &mut io.link {
                     Link::Udp(udp) => (
-                        udp.recv_ecn(|src, payload, ecn| {
-                            let icrc = policy.classify(src, local, payload);
+                        udp.recv_icrc(|src, payload, framed, ecn| {
+                            // A frame's verdict (the ring: the whole IP header was
+                            // seen), unless the policy is to check nothing.
+                            let icrc = match framed {
+                                Some(v) if policy != IcrcPolicy::Off => v,
+                                _ => policy.classify(src, local, payload),
+                            };
                             dp.handle_datagram_ecn(now, src, payload, icrc, ecn)
                         }),
                         udp.rx_batch(),

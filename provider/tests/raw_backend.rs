@@ -21,7 +21,7 @@ use support::{
     End, Netns, RawDev,
 };
 use uroce_provider::backend::raw::{Ecn, Ipv4Ident, RawBackend, RawConfig, RawError, RawLink};
-use uroce_provider::backend::udp::UdpBackend;
+use uroce_provider::backend::udp::{RxRing, UdpBackend, UdpConfig, UdpSockets};
 use uroce_provider::backend::{Backend, BackendError, Driver};
 use uroce_provider::device::{CcConfig, Device, DeviceConfig};
 use uroce_provider::limits::DeviceLimits;
@@ -127,12 +127,21 @@ fn raw_dev(ns: &Netns, addr: IpAddr, cfg: RawConfig, seed: u64) -> RawDev {
 }
 
 fn udp_dev(ns: &Netns, addr: IpAddr, seed: u64) -> (Arc<Device>, Arc<dyn Driver>) {
+    udp_dev_with(ns, addr, seed, UdpConfig::default())
+}
+
+fn udp_dev_with(
+    ns: &Netns,
+    addr: IpAddr,
+    seed: u64,
+    udp: UdpConfig,
+) -> (Arc<Device>, Arc<dyn Driver>) {
     ns.enter(move || {
         let mut c = DeviceConfig::new(format!("udp-{addr}"), addr);
         c.seed = seed;
         let backend = UdpBackend {
             engine: thread(),
-            ..UdpBackend::default()
+            udp,
         };
         let o = backend.open(c, DeviceLimits::DEFAULT).unwrap();
         (o.device, o.driver.unwrap())
@@ -497,6 +506,71 @@ fn raw_without_the_ring_and_with_it_carry_rc_both_ways() {
 }
 
 #[test]
+fn a_udp_device_receiving_through_a_ring_verifies_every_ipv4_icrc() {
+    skip_unless_able!();
+    let t = topo(12);
+    // The raw side numbers its IPv4 IDs, which a UDP socket never sees: through the ring
+    // the UDP side sees them, and verifies every ICRC.
+    let r = raw_dev(&t.a, t.a4, RawConfig::default(), 121);
+    let ring = UdpConfig {
+        rx_ring: RxRing::On,
+        ..UdpConfig::default()
+    };
+    let (udp, drv) = udp_dev_with(&t.b, t.b4, 122, ring);
+    let (a, b) = (end(&r.dev), end(&udp));
+    connect(&a, &b, 14);
+    send_write_read(&a, &b, 100, 3000);
+    send_write_read(&b, &a, 50, 1000);
+    assert_all_verified(&r);
+    let c = udp.counters();
+    assert_eq!((c.icrc_unverifiable, c.icrc_drops), (0, 0), "{c:?}");
+    let s = drv.stats();
+    let get = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).unwrap();
+    let frames = get("udp_rx_frames");
+    assert!(frames > 0 && frames == get("udp_rx_datagrams"), "{s:?}");
+    assert_eq!(
+        get("udp_rx_ring_drops") + get("udp_rx_frame_drops"),
+        0,
+        "{s:?}"
+    );
+    assert_eq!(get("udp_rx_gro_datagrams"), 0, "no UDP_GRO with a ring");
+}
+
+#[test]
+fn a_receive_ring_is_refused_on_loopback_when_asked_for_and_skipped_on_auto() {
+    skip_unless_able!();
+    let t = topo(13);
+    t.a.enter(|| {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        let on = UdpConfig {
+            rx_ring: RxRing::On,
+            ..UdpConfig::default()
+        };
+        let e = UdpSockets::open_on_port(lo, 14791, &on).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("UROCE_RX_RING") && m.contains("loopback"), "{m}");
+        let auto = UdpConfig {
+            rx_ring: RxRing::Auto,
+            ..UdpConfig::default()
+        };
+        assert!(!UdpSockets::open_on_port(lo, 14791, &auto)
+            .unwrap()
+            .rx_ring());
+    });
+    let a4 = t.a4;
+    t.a.enter(move || {
+        let auto = UdpConfig {
+            rx_ring: RxRing::Auto,
+            ..UdpConfig::default()
+        };
+        assert!(
+            UdpSockets::open(a4, &auto).unwrap().rx_ring(),
+            "root, on a veth"
+        );
+    });
+}
+
+#[test]
 fn rc_delivers_everything_under_nft_loss_with_retransmits() {
     skip_unless_able!();
     if run(&["nft", "--version"]).is_err() {
@@ -592,10 +666,27 @@ fn missing_cap_net_raw_is_one_clear_line() {
                                       // SAFETY: capset reads the header and two CapData; it changes only this thread.
         let r = unsafe { libc::syscall(libc::SYS_capset, &mut h, d.as_ptr()) };
         assert_eq!(r, 0, "capset: {}", std::io::Error::last_os_error());
-        RawBackend::default()
+        let err = RawBackend::default()
             .open(DeviceConfig::new("nocap", addr), DeviceLimits::DEFAULT)
             .map(|_| ())
+            .unwrap_err();
+        // The UDP backend's receive ring: refused with the reason when asked for, left
+        // out when it is only wanted where possible.
+        let ring = |rx_ring| UdpConfig {
+            rx_ring,
+            ..UdpConfig::default()
+        };
+        let on = UdpSockets::open(addr, &ring(RxRing::On))
             .unwrap_err()
+            .to_string();
+        assert!(
+            on.contains("CAP_NET_RAW") && on.contains("UROCE_RX_RING"),
+            "{on}"
+        );
+        assert!(!UdpSockets::open(addr, &ring(RxRing::Auto))
+            .unwrap()
+            .rx_ring());
+        err
     });
     assert!(
         matches!(err, BackendError::Raw(RawError::NeedsCapNetRaw { .. })),

@@ -2,11 +2,11 @@
 # `make lab-bench`: uroce against Linux rxe on the same emulated machines, the lab's TCG
 # guests (one CPU each). Figures only: nothing is asserted.
 #
-# Each round boots the lab four times: two guests without rxe (RXELAB_RXE=0) running uroce
-# from a read-only share of the release build, for `uroce perf`, again for perftest on
-# uroce's library (UDP backend, the default), and again for the same on the raw-frame
-# backend (UROCE_BACKEND=raw: a packet socket with a receive ring; the guests run as root),
-# then two guests with rxe: each stack on freshly booted guests. The same
+# Each round boots the lab once per stack (STACKS, below): two guests without rxe
+# (RXELAB_RXE=0) running uroce from a read-only share of the release build, for `uroce
+# perf`, for perftest on uroce's library (UDP backend, the default) and for the same
+# receiving through a packet socket's ring (UROCE_RX_RING=1; the guests run as root), then
+# two guests with rxe: each stack on freshly booted guests. The same
 # workloads run on all, server in guest 1, client in guest 2: on uroce, `uroce perf` and, when the
 # drop-in libibverbs is built, Debian's own perftest binaries through `uroce exec`; on rxe,
 # the same perftest binaries. Rounds alternate (RUNS, default 2, since the emulated guests
@@ -20,7 +20,7 @@
 #   tests/lab/bench.sh [PATTERN]     only the workloads whose name matches (grep -E; "floor":
 #                                    the UDP floor)
 #
-# Environment: RUNS, RXELAB_DIR, OUTDIR (default target/lab-bench), UROCE_BIN_DIR (default
+# Environment: RUNS, STACKS, RXELAB_DIR, OUTDIR (default target/lab-bench), UROCE_BIN_DIR (default
 # target/release: the uroce binary and, if built, uroce-lib/), UROCE_ENV (NAME=VALUE words
 # set for uroce's side in the guests, e.g. UROCE_ENV="UROCE_ACK_DELAY_US=300" for an A/B run).
 set -u
@@ -39,6 +39,14 @@ rm -rf "$SHARE"; mkdir -p "$SHARE"
 cp "$BIN/uroce" "$SHARE/"
 [ -d "$BIN/uroce-lib" ] && cp -r "$BIN/uroce-lib" "$SHARE/"
 CABI=0; [ -e "$SHARE/uroce-lib/libibverbs.so.1" ] && CABI=1
+# The stacks, each on freshly booted guests, in this order (rxe last): uroce-perf (`uroce
+# perf`), and with the drop-in library Debian's perftest on uroce: uroce-ib (the UDP backend,
+# the default), uroce-ring (the UDP backend receiving through a packet socket's ring,
+# UROCE_RX_RING=1) and, if named, uroce-raw (the raw-frame backend, UROCE_BACKEND=raw).
+STACKS=${STACKS:-uroce-perf uroce-ib uroce-ring rxe}
+if [ $CABI = 0 ]; then
+    STACKS=$(for s in $STACKS; do case $s in uroce-ib|uroce-ring|uroce-raw) ;; *) echo $s ;; esac; done | xargs)
+fi
 # The guests' own UDP floor (no RDMA): tests/lab/udp_pingpong.c and udp_blast.c, built here
 # and run in the guests without rxe; skipped without a C compiler.
 FLOOR=0
@@ -135,6 +143,8 @@ run_workloads() {
                              "env $UROCE_ENV /mnt/host/uroce perf ${test//_/-} --ip 10.99.0.12 $args" ;;
             uroce-ib) pair $stack $name $unit "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
                            "env $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
+            uroce-ring) pair $stack $name $unit "env UROCE_RX_RING=1 $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
+                             "env UROCE_RX_RING=1 $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
             uroce-raw) pair $stack $name $unit "env UROCE_BACKEND=raw $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.11 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" \
                             "env UROCE_BACKEND=raw $UROCE_ENV UROCE_DEVICES=uroce0=10.99.0.12 /mnt/host/uroce exec -- ib_$test -d uroce0 -x 0 -F $args" ;;
             rxe) pair $stack $name $unit "ib_$test -d rxe0 -x 1 -F $args" \
@@ -147,34 +157,29 @@ run_workloads() {
 T0=$(date +%s)
 bash "$LAB/build.sh" >/dev/null 2>&1 || { echo "lab-bench: build.sh failed" >&2; exit 1; }
 for R in $(seq 1 "$RUNS"); do
-    echo "lab-bench: round $R of $RUNS: uroce in two guests without rxe" >&2
-    bash "$LAB/down.sh" >/dev/null 2>&1
-    RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
-    run_floor
-    run_workloads uroce-perf
-    if [ $CABI = 1 ]; then
-        # Freshly booted guests for each stack, as rxe gets, so that each runs the same
-        # sequence of workloads from a fresh boot: in one boot the guests slow down as runs
-        # accumulate (ib_send_lat on uroce took 816-940 µs at the end of a boot's runs
-        # against 296-502 µs right after boot, 2026-12-03), and uroce-ib came after
-        # uroce-perf's nine.
+    floor_done=0
+    for stack in $STACKS; do
+        # Freshly booted guests for each stack, so that each runs the same sequence of
+        # workloads from a fresh boot: in one boot the guests slow down as runs accumulate
+        # (ib_send_lat on uroce took 816-940 µs at the end of a boot's runs against 296-502
+        # µs right after boot, 2026-12-03).
         bash "$LAB/down.sh" >/dev/null 2>&1
-        RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
-        run_workloads uroce-ib
-        bash "$LAB/down.sh" >/dev/null 2>&1
-        RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
-        run_workloads uroce-raw
-    fi
-    echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
-    bash "$LAB/down.sh" >/dev/null 2>&1
-    bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
-    run_workloads rxe
+        if [ "$stack" = rxe ]; then
+            echo "lab-bench: round $R of $RUNS: rxe in two guests" >&2
+            bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+        else
+            echo "lab-bench: round $R of $RUNS: $stack in two guests without rxe" >&2
+            RXELAB_SHARE=$SHARE RXELAB_RXE=0 bash "$LAB/up.sh" 2 >/dev/null 2>&1 || { echo "lab-bench: up.sh failed" >&2; exit 1; }
+            [ $floor_done = 1 ] || run_floor
+            floor_done=1
+        fi
+        run_workloads "$stack"
+    done
 done
 bash "$LAB/down.sh" >/dev/null 2>&1
 
 # The table: median [min-max] of each stack, and each uroce column's ratio to rxe.
-stacks="uroce-perf"; [ $CABI = 1 ] && stacks="$stacks uroce-ib uroce-raw"; stacks="$stacks rxe"
-python3 - "$OUTDIR/figures.txt" "$WORKLOADS" $stacks <<'EOF'
+python3 - "$OUTDIR/figures.txt" "$WORKLOADS" $STACKS <<'EOF'
 import statistics, sys
 figs, workloads, stacks = sys.argv[1], sys.argv[2], sys.argv[3:]
 vals = {}

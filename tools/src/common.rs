@@ -334,8 +334,10 @@ pub fn open_with(dev: &Device, pcap: Option<&Arc<PcapOut>>, io: IoChoice) -> Res
             ),
             BackendKind::Raw => dev.open_on(
                 &uroce_provider::backend::raw::RawBackend {
+                    raw: uroce_provider::backend::raw::RawConfig::default()
+                        .with_env()
+                        .map_err(|e| e.to_string())?,
                     engine,
-                    ..Default::default()
                 },
                 seed,
             ),

@@ -187,7 +187,8 @@ impl Device {
 /// ([`progress_from_env`]), and the UDP backend's ICRC policy, which `UROCE_ICRC` gives
 /// (`verify_when_possible`, the default; `strict`; `off`: [`p::backend::IcrcPolicy`]),
 /// and its UDP GSO, GRO and paged sends, which `UROCE_GSO=1` turns on and `UROCE_GRO=0` /
-/// `UROCE_PAGED_TX=0` turn off ([`p::backend::udp::UdpConfig::with_env`]), the raw
+/// `UROCE_PAGED_TX=0` turn off and its receive ring, which `UROCE_RX_RING=1` or `auto` turns
+/// on ([`p::backend::udp::UdpConfig::with_env`]), the raw
 /// backend's receive ring, which `UROCE_RAW_RING=0` turns off
 /// ([`p::backend::raw::RawConfig::with_env`]), and the engine's
 /// batch of posts, which `UROCE_POST_BATCH` sets ([`p::engine::EngineConfig::with_env`]). Any

@@ -1,6 +1,6 @@
 //! `UROCE_BACKEND` chooses the backend of `Device::open()`: `udp` (default) or `raw`;
 //! `UROCE_GSO` / `UROCE_GRO` turn the UDP backend's GSO and GRO on or off, and
-//! `UROCE_RAW_RING` the raw backend's receive ring;
+//! `UROCE_RX_RING` the UDP backend's receive ring and `UROCE_RAW_RING` the raw one's;
 //! `UROCE_ACK_DELAY_US` sets the ACK coalescing delay.
 //! One test only, so no other test of this binary sees the environment change.
 
@@ -47,6 +47,20 @@ fn uroce_backend_selects_udp_or_raw_and_refuses_anything_else() {
         m.contains("127.14.30.2") && m.contains("UDP backend"),
         "{m}"
     );
+
+    // UROCE_RX_RING: 0, 1 or auto for the UDP backend's receive ring; on loopback, 1 is
+    // refused with the reason and auto opens without it.
+    std::env::remove_var("UROCE_BACKEND");
+    std::env::set_var("UROCE_RX_RING", "1");
+    let m = one_line(&devs[0].open().unwrap_err());
+    assert!(m.contains("UROCE_RX_RING") && m.contains("loopback"), "{m}");
+    std::env::set_var("UROCE_RX_RING", "auto");
+    assert_eq!(devs[0].open().unwrap().backend(), "udp");
+    std::env::set_var("UROCE_RX_RING", "mmap");
+    let m = one_line(&devs[0].open().unwrap_err());
+    assert!(m.contains("UROCE_RX_RING") && m.contains("auto"), "{m}");
+    std::env::remove_var("UROCE_RX_RING");
+    std::env::set_var("UROCE_BACKEND", "raw");
 
     // UROCE_RAW_RING: 0 or 1 (recv per frame, or the receive ring).
     std::env::set_var("UROCE_RAW_RING", "0");

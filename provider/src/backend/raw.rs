@@ -97,7 +97,7 @@
 //! and counted ([`RawStats::tx_self_drops`]). No transmit ring (`PACKET_TX_RING`): a
 //! send pass's frames are copied once into the kernel by `sendmmsg`.
 
-use super::ring::RxRing;
+use super::ring::PacketRx;
 use super::udp::{interface_of, SendOutcome};
 use super::{Backend, BackendError, Opened};
 use crate::datapath::{RxIcrc, Transmit, MAX_ROCE_PACKET_LEN};
@@ -524,13 +524,9 @@ pub struct RawLink {
     local: SocketAddr,
     iface: RawInterface,
     mtu: Mtu,
-    /// The packet socket, bound to the interface, non-blocking (`fd` is its number).
-    _sock: OwnedFd,
-    /// Its receive ring ([`RawConfig::rx_ring`]); `None`: `recv` into `rx_buf`.
-    ring: Option<RxRing>,
-    rx_buf: Box<[u8]>,
-    /// Ring drops read by [`RawLink::stats`] (those read on receive are in `stats`).
-    late_ring_drops: std::cell::Cell<u64>,
+    /// The packet socket, bound to the interface, non-blocking (`fd` is its number),
+    /// with its receive ring ([`RawConfig::rx_ring`]).
+    rx: PacketRx,
     tx: TxBatch,
     /// The packet socket's descriptor, for poll.
     fd: RawFd,
@@ -708,7 +704,12 @@ pub fn run_filter(prog: &[libc::sock_filter], frame: &[u8]) -> u32 {
     0
 }
 
-fn attach_filter(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
+/// A filter instruction that drops every packet (a socket that must receive nothing).
+pub(super) fn bpf_drop_all() -> libc::sock_filter {
+    bpf(BPF_RET, 0, 0, 0)
+}
+
+pub(super) fn attach_filter(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -731,7 +732,7 @@ fn attach_filter(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
     }
 }
 
-fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+pub(super) fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
     // SAFETY: passes a pointer to a live c_int and its size.
     let r = unsafe {
         libc::setsockopt(
@@ -750,7 +751,7 @@ fn setsockopt_int(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()
 }
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): do not read back the frames we send.
-const PACKET_IGNORE_OUTGOING: i32 = 23;
+pub(super) const PACKET_IGNORE_OUTGOING: i32 = 23;
 
 /// The guard socket on `(addr, 4791)` with a drop-everything filter.
 fn guard_socket(addr: IpAddr) -> Result<Socket, BackendError> {
@@ -769,8 +770,7 @@ fn guard_socket(addr: IpAddr) -> Result<Socket, BackendError> {
     if addr.is_ipv6() {
         s.set_only_v6(true).map_err(os("setsockopt(IPV6_V6ONLY)"))?;
     }
-    attach_filter(s.as_raw_fd(), &[bpf(BPF_RET, 0, 0, 0)])
-        .map_err(os("setsockopt(SO_ATTACH_FILTER)"))?;
+    attach_filter(s.as_raw_fd(), &[bpf_drop_all()]).map_err(os("setsockopt(SO_ATTACH_FILTER)"))?;
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCEV2_PORT)))
         .map_err(|e| match e.raw_os_error() {
             Some(libc::EADDRINUSE) => BackendError::PortInUse {
@@ -802,85 +802,16 @@ impl RawLink {
         if iface.loopback {
             return Err(RawError::Loopback { addr, name }.into());
         }
-        // SAFETY: socket() has no memory-safety preconditions. Protocol 0: the socket
-        // receives nothing until it is bound below (with ETH_P_ALL), so no frame of
-        // another interface is queued before the filter applies.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                0,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => {
-                    RawError::NeedsCapNetRaw { interface: name }
-                }
-                _ => os_err("socket(AF_PACKET)", &name)(e),
-            }
-            .into());
-        }
-        // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        attach_filter(fd, &rocev2_filter(addr))
-            .map_err(os_err("setsockopt(SO_ATTACH_FILTER)", &name))?;
-        // Best effort (Linux >= 4.20): without it our frames, read back, fail the
-        // destination check.
-        let _ = setsockopt_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        let rx = PacketRx::open(addr, iface.index, iface.mtu as usize, config.rx_ring).map_err(
+            |(op, e)| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => RawError::NeedsCapNetRaw {
+                    interface: name.clone(),
+                },
+                _ => os_err(op, &name)(e),
+            },
+        )?;
+        let fd = rx.fd();
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-        // The ring goes before the bind, so that no frame lands in the socket's queue.
-        let ring = if config.rx_ring {
-            match RxRing::open(fd, iface.mtu as usize) {
-                Ok(r) => {
-                    tracing::debug!(
-                        interface = %name,
-                        slots = r.frames(),
-                        slot_bytes = r.frame_size(),
-                        "receiving through a PACKET_RX_RING"
-                    );
-                    Some(r)
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, interface = %name, "no PACKET_RX_RING: recv per frame");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        if ring.is_none() {
-            let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-        }
-        // SAFETY: all-zero bytes are a valid sockaddr_ll.
-        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = iface.index as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll of the size given.
-        let r = unsafe {
-            libc::bind(
-                fd,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => {
-                    RawError::NeedsCapNetRaw { interface: name }
-                }
-                _ => os_err("bind(AF_PACKET)", &name)(e),
-            }
-            .into());
-        }
-        let rx_buf_len = if ring.is_some() {
-            0
-        } else {
-            (iface.mtu as usize + 18).clamp(FRAME_BUF, 65536 + 18)
-        };
         let guard = guard_socket(addr)?;
         let nudge = {
             let domain = if addr.is_ipv4() {
@@ -905,10 +836,7 @@ impl RawLink {
             local: SocketAddr::new(addr, ROCEV2_PORT),
             iface,
             mtu,
-            _sock: sock,
-            ring,
-            rx_buf: vec![0u8; rx_buf_len].into_boxed_slice(),
-            late_ring_drops: std::cell::Cell::new(0),
+            rx,
             tx: TxBatch::new(),
             fd,
             _guard: guard,
@@ -953,12 +881,8 @@ impl RawLink {
     /// Counts so far. Reads the kernel's count of frames the full ring dropped
     /// ([`RawStats::rx_ring_drops`]; a frame that arrives after a drop also brings it).
     pub fn stats(&self) -> RawStats {
-        if let Some(r) = &self.ring {
-            self.late_ring_drops
-                .set(self.late_ring_drops.get() + r.take_drops());
-        }
         let mut s = self.stats;
-        s.rx_ring_drops += self.late_ring_drops.get();
+        s.rx_ring_drops += self.rx.drops();
         s
     }
 
@@ -981,52 +905,10 @@ impl RawLink {
     /// IP header's codepoint). Returns how many frames were read (0: none waiting).
     pub fn recv(&mut self, mut f: impl FnMut(SocketAddr, &[u8], RxIcrc, Ecn)) -> io::Result<usize> {
         let local_ip = self.local.ip();
-        let stats = &mut self.stats;
-        let mut n = 0;
-        while n < self.config.batch {
-            if let Some(ring) = &mut self.ring {
-                let Some(frame) = ring.peek(&mut stats.rx_ring_drops) else {
-                    break;
-                };
-                if frame.truncated {
-                    stats.rx_frames += 1;
-                    stats.rx_malformed += 1;
-                } else {
-                    deliver(frame.bytes, local_ip, stats, &mut f);
-                }
-                ring.release();
-            } else {
-                // SAFETY: `rx_buf` is a live buffer of the length given.
-                let r = unsafe {
-                    libc::recv(
-                        self.fd,
-                        self.rx_buf.as_mut_ptr().cast(),
-                        self.rx_buf.len(),
-                        libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    )
-                };
-                if r < 0 {
-                    let e = io::Error::last_os_error();
-                    let idle = matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                    );
-                    if idle || n > 0 {
-                        break;
-                    }
-                    return Err(e);
-                }
-                let len = r as usize;
-                if len > self.rx_buf.len() {
-                    stats.rx_frames += 1;
-                    stats.rx_malformed += 1;
-                } else {
-                    deliver(&self.rx_buf[..len], local_ip, stats, &mut f);
-                }
-            }
-            n += 1;
-        }
-        Ok(n)
+        self.rx
+            .recv(self.config.batch, &mut self.stats, |frame, stats| {
+                deliver(frame, local_ip, stats, &mut f)
+            })
     }
 
     /// Sends: first the frames that found the socket full, then frames whose MAC became
@@ -1318,7 +1200,7 @@ impl RawLink {
 
 /// Counts one received frame and hands it to `f` when it is RoCEv2 to `local_ip` (see
 /// [`RawLink::recv`]).
-fn deliver(
+pub(super) fn deliver(
     frame: &[u8],
     local_ip: IpAddr,
     stats: &mut RawStats,

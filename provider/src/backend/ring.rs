@@ -10,11 +10,199 @@
 //! `PACKET_STATISTICS`, read when a slot says `TP_STATUS_LOSING` and when the link's
 //! counts are read); RC retransmits them.
 
+use super::raw::{attach_filter, rocev2_filter, setsockopt_int, RawStats, PACKET_IGNORE_OUTGOING};
+use std::cell::Cell;
 use std::io;
 use std::mem;
-use std::os::fd::RawFd;
+use std::net::IpAddr;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A packet socket that receives the RoCEv2 frames to one address on one interface:
+/// through a [`RxRing`] when it could have one, else with one `recv` per frame. The raw
+/// backend sends on it too; the UDP backend only receives on it (`UdpConfig::rx_ring`).
+pub(super) struct PacketRx {
+    sock: OwnedFd,
+    ring: Option<RxRing>,
+    /// The `recv` path's buffer (empty with a ring).
+    buf: Box<[u8]>,
+    /// Ring drops read by [`PacketRx::drops`] (those seen on receive go to the stats).
+    late_drops: Cell<u64>,
+}
+
+impl std::fmt::Debug for PacketRx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PacketRx")
+            .field("ring", &self.ring)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PacketRx {
+    /// Opens an `AF_PACKET` socket (non-blocking) that keeps only unfragmented UDP to port
+    /// 4791 addressed to `addr` (a classic BPF filter, attached before anything can
+    /// arrive), does not read back what this host sends, maps a receive ring sized for
+    /// the interface's IP MTU `ip_mtu` when `ring` (a kernel that refuses it gets the
+    /// `recv` path), and binds it to interface `ifindex`. Errors: the call that failed
+    /// and its error (`EPERM` without CAP_NET_RAW).
+    pub(super) fn open(
+        addr: IpAddr,
+        ifindex: u32,
+        ip_mtu: usize,
+        ring: bool,
+    ) -> Result<PacketRx, (&'static str, io::Error)> {
+        // SAFETY: socket() has no memory-safety preconditions. Protocol 0: the socket
+        // receives nothing until it is bound below (with ETH_P_ALL), so no frame of
+        // another interface is queued before the filter applies.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
+        };
+        if fd < 0 {
+            return Err(("socket(AF_PACKET)", io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+        attach_filter(fd, &rocev2_filter(addr)).map_err(|e| ("setsockopt(SO_ATTACH_FILTER)", e))?;
+        // Best effort (Linux >= 4.20): without it our frames, read back, fail the
+        // destination check.
+        let _ = setsockopt_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
+        // The ring goes before the bind, so that no frame lands in the socket's queue.
+        let ring = if ring {
+            match RxRing::open(fd, ip_mtu) {
+                Ok(r) => {
+                    tracing::debug!(
+                        %addr,
+                        slots = r.frames(),
+                        slot_bytes = r.frame_size(),
+                        "receiving through a PACKET_RX_RING"
+                    );
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, %addr, "no PACKET_RX_RING: recv per frame");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if ring.is_none() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        }
+        // SAFETY: all-zero bytes are a valid sockaddr_ll.
+        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(("bind(AF_PACKET)", io::Error::last_os_error()));
+        }
+        let buf_len = if ring.is_some() {
+            0
+        } else {
+            (ip_mtu + 18).clamp(RECV_BUF_MIN, 65536 + 18)
+        };
+        Ok(PacketRx {
+            sock,
+            ring,
+            buf: vec![0u8; buf_len].into_boxed_slice(),
+            late_drops: Cell::new(0),
+        })
+    }
+
+    /// The socket's descriptor (POLLIN: frames waiting; sends go on it too).
+    pub(super) fn fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.sock.as_raw_fd()
+    }
+
+    /// True when frames come through the ring.
+    pub(super) fn has_ring(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Frames the full ring dropped that no received frame has reported yet (the
+    /// kernel's count, read now; it is reset by the reading).
+    pub(super) fn drops(&self) -> u64 {
+        if let Some(r) = &self.ring {
+            self.late_drops.set(self.late_drops.get() + r.take_drops());
+        }
+        self.late_drops.get()
+    }
+
+    /// Reads up to `batch` frames without blocking, and calls `each(frame, stats)` for
+    /// each whole one (from its Ethernet header); a frame longer than its slot or buffer
+    /// is counted in `stats.rx_frames` and `rx_malformed` and dropped, and ring drops go
+    /// to `stats.rx_ring_drops`. Returns how many frames were read (0: none waiting).
+    pub(super) fn recv(
+        &mut self,
+        batch: usize,
+        stats: &mut RawStats,
+        mut each: impl FnMut(&[u8], &mut RawStats),
+    ) -> io::Result<usize> {
+        let mut n = 0;
+        while n < batch {
+            if let Some(ring) = &mut self.ring {
+                let Some(frame) = ring.peek(&mut stats.rx_ring_drops) else {
+                    break;
+                };
+                if frame.truncated {
+                    stats.rx_frames += 1;
+                    stats.rx_malformed += 1;
+                } else {
+                    each(frame.bytes, stats);
+                }
+                ring.release();
+            } else {
+                // SAFETY: `buf` is a live buffer of the length given.
+                let r = unsafe {
+                    libc::recv(
+                        self.fd(),
+                        self.buf.as_mut_ptr().cast(),
+                        self.buf.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    )
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    let idle = matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    );
+                    if idle || n > 0 {
+                        break;
+                    }
+                    return Err(e);
+                }
+                let len = r as usize;
+                if len > self.buf.len() {
+                    stats.rx_frames += 1;
+                    stats.rx_malformed += 1;
+                } else {
+                    each(&self.buf[..len], stats);
+                }
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// The smallest `recv` buffer: an Ethernet header, IPv6, UDP and the largest RoCE packet.
+const RECV_BUF_MIN: usize = 14 + 40 + 8 + crate::datapath::MAX_ROCE_PACKET_LEN;
 
 /// Bytes of ring per link: about what `SO_RCVBUF` (4 MiB) gave the socket without a ring.
 pub(super) const RING_BYTES: usize = 4 << 20;

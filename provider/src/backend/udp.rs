@@ -43,6 +43,24 @@
 //! cost nothing measurable and make the wire identical to rxe's (per-QP ECMP entropy);
 //! `sendmmsg` itself matters: one datagram per call gives 86-133 k/s.
 
+//! # Receiving through a ring
+//!
+//! With [`UdpConfig::rx_ring`] (`UROCE_RX_RING=1`; needs CAP_NET_RAW and an address on
+//! an interface other than loopback) unicast RoCE frames to the device's address are read
+//! from a packet socket's `PACKET_RX_RING` on the address's interface, as the raw-frame
+//! backend reads them (the same socket filter and ring: [`super::raw`]), while sends stay
+//! on the UDP sockets, GSO included. Finding a frame is a memory read, not a
+//! `recvmmsg`, so an application that polls its CQ makes no system call until something
+//! arrives; and the frame holds the whole IP header, so every ICRC is verified, IPv4's
+//! included ([`UdpStats::rx_frames`]; `icrc_unverifiable` stays 0 with rxe). The 4791
+//! socket stays bound, with a drop-everything filter, so that the kernel does not answer
+//! RoCE with ICMP port unreachable and queues nothing on it, and `UDP_GRO` is not asked
+//! for (it would merge datagrams before the packet socket sees them). Multicast still
+//! arrives on the group sockets. Off by default: the packet socket sees frames before the
+//! host's firewall does (nftables input and ingress rules do not stop them), as with the
+//! raw backend. In the lab's 1-CPU guests (Debian's perftest on uroce's library, uroce in
+//! both, alternating rounds) it cut `ib_send_lat` and `ib_read_lat` (README, "Speed").
+//!
 //! # Batching
 //!
 //! `recvmmsg`/`sendmmsg` with [`UdpConfig::batch`] datagrams per call, on arrays
@@ -124,8 +142,10 @@
 //! 1500 gives 1024, 9000 gives 4096, loopback's 65536 gives 4096. The interface is found
 //! with `getifaddrs` and its MTU read with the `SIOCGIFMTU` ioctl ([`interface_of`]).
 
+use super::raw::{attach_filter, bpf_drop_all, deliver, RawStats};
+use super::ring::PacketRx;
 use super::{Backend, BackendError, Opened};
-use crate::datapath::{Transmit, MAX_ROCE_PACKET_LEN};
+use crate::datapath::{RxIcrc, Transmit, MAX_ROCE_PACKET_LEN};
 use crate::device::{Device, DeviceConfig};
 use crate::engine::{Engine, EngineConfig};
 use crate::limits::DeviceLimits;
@@ -186,6 +206,25 @@ pub struct UdpConfig {
     /// datagrams from then on ([`UdpStats::tx_gso_refused`]). Default true; `UROCE_PAGED_TX=0`
     /// turns it off ([`UdpConfig::with_env`]).
     pub paged_tx: bool,
+    /// Receive through a packet socket's ring instead of the 4791 socket (see the module
+    /// docs, "Receiving through a ring"): no system call per receive or empty poll, and
+    /// every ICRC verified, IPv4 included. Needs CAP_NET_RAW, and bypasses the host's
+    /// firewall for RoCE to this address. Default [`RxRing::Off`]; `UROCE_RX_RING=1`, `0`
+    /// or `auto` ([`UdpConfig::with_env`]).
+    pub rx_ring: RxRing,
+}
+
+/// When a UDP device receives through a packet socket's ring ([`UdpConfig::rx_ring`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RxRing {
+    /// Where the process may open a packet socket (CAP_NET_RAW) and the address is on an
+    /// interface other than loopback; else as [`RxRing::Off`], silently.
+    Auto,
+    /// Always: opening the device fails when the ring cannot be had.
+    On,
+    /// Never: `recvmmsg` on the 4791 socket.
+    #[default]
+    Off,
 }
 
 /// When a device sends UDP GSO runs ([`UdpConfig::gso`]).
@@ -256,15 +295,17 @@ impl Default for UdpConfig {
             gso: Gso::Auto,
             gro: true,
             paged_tx: true,
+            rx_ring: RxRing::Off,
         }
     }
 }
 
 impl UdpConfig {
-    /// This configuration with `UROCE_GSO`, `UROCE_GRO` and `UROCE_PAGED_TX` applied when
-    /// set: `0`/`off`/`false` turns [`UdpConfig::gso`] / [`UdpConfig::gro`] /
-    /// [`UdpConfig::paged_tx`] off, `1`/`on`/`true` on, and `auto` sets [`Gso::Auto`].
-    /// Another value is a [`BackendError::Config`] that says which are allowed.
+    /// This configuration with `UROCE_GSO`, `UROCE_GRO`, `UROCE_PAGED_TX` and
+    /// `UROCE_RX_RING` applied when set: `0`/`off`/`false` turns [`UdpConfig::gso`] /
+    /// [`UdpConfig::gro`] / [`UdpConfig::paged_tx`] / [`UdpConfig::rx_ring`] off,
+    /// `1`/`on`/`true` on, and `auto` sets [`Gso::Auto`] / [`RxRing::Auto`]. Another value
+    /// is a [`BackendError::Config`] that says which are allowed.
     pub fn with_env(mut self) -> Result<UdpConfig, BackendError> {
         let gso = std::env::var("UROCE_GSO").unwrap_or_default();
         self.gso = match gso.trim().to_ascii_lowercase().as_str() {
@@ -285,6 +326,21 @@ impl UdpConfig {
         self.paged_tx = env_flag("UROCE_PAGED_TX", self.paged_tx).ok_or(BackendError::Config(
             "UROCE_PAGED_TX must be 0 or 1 (off or on)",
         ))?;
+        let ring = std::env::var("UROCE_RX_RING").unwrap_or_default();
+        self.rx_ring = match ring.trim().to_ascii_lowercase().as_str() {
+            "" => self.rx_ring,
+            "auto" => RxRing::Auto,
+            v => match flag(v) {
+                Some(true) => RxRing::On,
+                Some(false) => RxRing::Off,
+                None => {
+                    return Err(BackendError::Config(
+                        "UROCE_RX_RING must be 0, 1 or auto (off, on, or on where CAP_NET_RAW \
+                         allows it off loopback)",
+                    ))
+                }
+            },
+        };
         Ok(self)
     }
 }
@@ -502,6 +558,14 @@ pub struct UdpStats {
     /// Datagrams sent alone with a `UDP_SEGMENT` message of their own length
     /// ([`UdpConfig::paged_tx`]).
     pub tx_paged_sends: u64,
+    /// Frames read from the packet socket's ring ([`UdpConfig::rx_ring`]); the RoCE ones
+    /// to this address are also counted in `rx_datagrams`.
+    pub rx_frames: u64,
+    /// Frames the kernel dropped because the ring had no free slot (RC retransmits them).
+    pub rx_ring_drops: u64,
+    /// Frames read from the ring and dropped here: not RoCEv2 to this address, malformed,
+    /// longer than a slot, or with a bad IPv4 header checksum.
+    pub rx_frame_drops: u64,
 }
 
 /// Size of one receive buffer: larger than [`MAX_ROCE_PACKET_LEN`], so an oversized
@@ -791,6 +855,11 @@ pub struct UdpSockets {
     group_epoll: std::os::fd::OwnedFd,
     /// The interface index multicast is sent and joined on (0: the kernel chooses).
     ifindex: u32,
+    /// The packet socket and ring unicast RoCE frames arrive on
+    /// ([`UdpConfig::rx_ring`]); `None`: they arrive on `main`.
+    frames: Option<PacketRx>,
+    /// Its counts, in the raw backend's terms (summed into [`UdpStats`]).
+    frame_stats: RawStats,
 }
 
 impl std::fmt::Debug for UdpSockets {
@@ -959,6 +1028,54 @@ pub fn roce_socket(addr: IpAddr, port: u16) -> Result<std::net::UdpSocket, Backe
     Ok(s.into())
 }
 
+/// The packet socket and ring of a device on `addr` ([`UdpConfig::rx_ring`]), if it is
+/// to have one. Errors only with [`RxRing::On`].
+fn open_frames(
+    addr: IpAddr,
+    interface: Option<&Interface>,
+    mode: RxRing,
+) -> Result<Option<PacketRx>, BackendError> {
+    let why_not = match (mode, interface) {
+        (RxRing::Off, _) => return Ok(None),
+        (_, None) => "no interface owns the address",
+        (_, Some(_)) if addr.is_loopback() => "a loopback address",
+        (_, Some(i)) if i.name == "lo" => "on the loopback interface",
+        (_, Some(i)) => {
+            let index = if_index(&i.name);
+            match PacketRx::open(addr, index, i.mtu as usize, true) {
+                Ok(p) if p.has_ring() => return Ok(Some(p)),
+                Ok(_) => "the kernel refused PACKET_RX_RING",
+                Err((_, e))
+                    if mode == RxRing::On
+                        && matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) =>
+                {
+                    return Err(BackendError::Config(
+                        "UROCE_RX_RING=1: a receive ring needs CAP_NET_RAW (run as root or \
+                         `setcap cap_net_raw+ep PROGRAM`); UROCE_RX_RING=0 receives on the \
+                         UDP socket",
+                    ))
+                }
+                Err((op, e)) if mode == RxRing::On => {
+                    return Err(BackendError::Os {
+                        op,
+                        addr,
+                        source: e,
+                    })
+                }
+                Err(_) => "no packet socket (CAP_NET_RAW)",
+            }
+        }
+    };
+    if mode == RxRing::On {
+        return Err(BackendError::Config(
+            "UROCE_RX_RING=1: a receive ring needs an address on an interface other than \
+             loopback and CAP_NET_RAW",
+        ));
+    }
+    tracing::debug!(%addr, why_not, "no receive ring: recvmmsg on the 4791 socket");
+    Ok(None)
+}
+
 impl UdpSockets {
     /// Opens the receive socket on `(addr, 4791)`, finds the interface MTU, and allocates
     /// the batch arrays. Errors say what is wrong (port taken, address not local, ...).
@@ -990,8 +1107,17 @@ impl UdpSockets {
                 .and_then(|i| Mtu::largest_for_ip_mtu(i.mtu as usize))
                 .unwrap_or(Mtu::Mtu1024)
         });
+        let frames = open_frames(addr, interface.as_ref(), config.rx_ring)?;
+        if frames.is_some() {
+            // Nothing queues on the 4791 socket: frames come through the ring. It stays
+            // bound, so the kernel does not answer RoCE traffic with ICMP port unreachable.
+            attach_filter(main.as_raw_fd(), &[bpf_drop_all()])
+                .map_err(os("setsockopt(SO_ATTACH_FILTER)", addr))?;
+        }
         let b = config.batch;
-        let gro = config.gro && enable_gro(&main);
+        // No UDP_GRO with a ring: the kernel would coalesce datagrams before the packet
+        // socket sees them, into frames larger than a slot.
+        let gro = config.gro && frames.is_none() && enable_gro(&main);
         let (entries, stride) = if gro {
             (b.min(GRO_RX_ENTRIES), GRO_RX_BUF)
         } else {
@@ -1060,6 +1186,8 @@ impl UdpSockets {
             groups: Vec::new(),
             group_epoll,
             ifindex,
+            frames,
+            frame_stats: RawStats::default(),
         })
     }
 
@@ -1079,9 +1207,19 @@ impl UdpSockets {
         self.interface.as_ref()
     }
 
-    /// The receive socket's descriptor (for poll/epoll; POLLIN means datagrams).
+    /// The receive socket's descriptor (for poll/epoll; POLLIN means datagrams): the
+    /// packet socket's when frames come through a ring ([`UdpConfig::rx_ring`]).
     pub fn rx_fd(&self) -> RawFd {
-        self.main.as_raw_fd()
+        match &self.frames {
+            Some(f) => f.fd(),
+            None => self.main.as_raw_fd(),
+        }
+    }
+
+    /// True when unicast RoCE frames come through a packet socket's ring
+    /// ([`UdpConfig::rx_ring`]).
+    pub fn rx_ring(&self) -> bool {
+        self.frames.is_some()
     }
 
     /// Datagrams per batch.
@@ -1092,7 +1230,11 @@ impl UdpSockets {
     /// Receive entries per `recvmmsg`: [`UdpSockets::batch`], or fewer (of 64 KiB each)
     /// with GRO on. A receive that returns fewer datagrams found the socket drained.
     pub fn rx_batch(&self) -> usize {
-        self.rx.entries
+        if self.frames.is_some() {
+            self.batch
+        } else {
+            self.rx.entries
+        }
     }
 
     /// True when the kernel took `UDP_GRO` on the receive socket.
@@ -1102,7 +1244,14 @@ impl UdpSockets {
 
     /// Counts so far.
     pub fn stats(&self) -> UdpStats {
-        self.stats
+        let mut s = self.stats;
+        if let Some(f) = &self.frames {
+            let r = &self.frame_stats;
+            s.rx_frames = r.rx_frames;
+            s.rx_ring_drops = r.rx_ring_drops + f.drops();
+            s.rx_frame_drops = r.rx_frames - r.rx_roce;
+        }
+        s
     }
 
     /// Receives one batch without blocking and calls `f(source, payload)` for each
@@ -1114,9 +1263,42 @@ impl UdpSockets {
 
     /// [`UdpSockets::recv`] that also gives each datagram's ECN codepoint (Not-ECT when
     /// [`UdpConfig::recv_ecn`] is off).
-    pub fn recv_ecn(&mut self, f: impl FnMut(SocketAddr, &[u8], Ecn)) -> io::Result<usize> {
-        let fd = self.main.as_raw_fd();
-        self.recv_fd(fd, f)
+    pub fn recv_ecn(&mut self, mut f: impl FnMut(SocketAddr, &[u8], Ecn)) -> io::Result<usize> {
+        self.recv_icrc(|src, p, _, ecn| f(src, p, ecn))
+    }
+
+    /// [`UdpSockets::recv_ecn`] that also gives each packet's ICRC verdict when it was
+    /// read from a frame, whose IP header is whole ([`UdpConfig::rx_ring`]); `None` for a
+    /// datagram from the socket, which the caller classifies
+    /// ([`super::IcrcPolicy::classify`]).
+    pub fn recv_icrc(
+        &mut self,
+        mut f: impl FnMut(SocketAddr, &[u8], Option<RxIcrc>, Ecn),
+    ) -> io::Result<usize> {
+        let Some(frames) = &mut self.frames else {
+            let fd = self.main.as_raw_fd();
+            return self.recv_fd(fd, |src, p, ecn| f(src, p, None, ecn));
+        };
+        let local_ip = self.local.ip();
+        let stats = &mut self.stats;
+        let (drop_ppm, drop_state) = (self.drop_ppm, &mut self.drop_state);
+        let mut delivered = 0;
+        frames.recv(self.batch, &mut self.frame_stats, |frame, fstats| {
+            deliver(frame, local_ip, fstats, &mut |src, p, icrc, ecn| {
+                stats.rx_datagrams += 1;
+                delivered += 1;
+                if drop_ppm > 0 && inject_drop(drop_state, drop_ppm) {
+                    stats.rx_injected_drops += 1;
+                    return;
+                }
+                if ecn == Ecn::Ce {
+                    stats.rx_ce += 1;
+                }
+                f(src, p, Some(icrc), ecn);
+            })
+        })?;
+        stats.rx_batches += u64::from(delivered > 0);
+        Ok(delivered)
     }
 
     /// Receives what waits on the multicast group sockets without blocking, at most one
