@@ -487,6 +487,15 @@ impl Link {
         }
     }
 
+    /// Reads and clears the receive socket's pending error, where it is a packet socket
+    /// (the raw link's, or the UDP sockets' ring); a UDP socket's `recvmmsg` reads its own.
+    fn take_rx_error(&self) -> Option<std::io::Error> {
+        match self {
+            Link::Udp(u) => u.take_rx_error(),
+            Link::Raw(r) => r.take_rx_error(),
+        }
+    }
+
     /// The link's own next deadline (the raw link's neighbour resolution).
     fn poll_timeout(&self) -> Option<Instant> {
         match self {
@@ -1306,6 +1315,15 @@ impl Shared {
         self.wake.sleeping.store(AWAKE, Ordering::SeqCst);
         if fds[1].revents != 0 {
             self.wake.clear();
+        }
+        if fds[0].revents & libc::POLLERR != 0 {
+            // A packet socket's error (its interface went down) stays pending, and `poll`
+            // says POLLERR, until read: the ring path makes no `recv` that would read it,
+            // and the thread would spin.
+            if let Some(e) = self.io.lock().link.take_rx_error() {
+                tracing::debug!(error = %e, "receive socket error");
+                self.rx_errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -537,6 +537,60 @@ fn a_udp_device_receiving_through_a_ring_verifies_every_ipv4_icrc() {
 }
 
 #[test]
+fn a_udp_ring_device_hears_a_peer_on_its_own_host() {
+    skip_unless_able!();
+    // Traffic between two addresses of one host goes through loopback, not the interface
+    // the ring's device is on: the ring keeps frames that arrive on loopback too.
+    let t = topo(14);
+    t.a.ip(&format!("addr add 10.231.14.3/24 dev {}", t.va));
+    let ring = UdpConfig {
+        rx_ring: RxRing::On,
+        ..UdpConfig::default()
+    };
+    let (ringed, drv) = udp_dev_with(&t.a, t.a4, 141, ring);
+    let (plain, _d) = udp_dev(&t.a, ip("10.231.14.3"), 142);
+    let (a, b) = (end(&ringed), end(&plain));
+    connect(&a, &b, 14);
+    send_write_read(&a, &b, 40, 2000);
+    send_write_read(&b, &a, 40, 2000);
+    let s = drv.stats();
+    let get = |name: &str| s.iter().find(|(n, _)| *n == name).map(|(_, v)| *v).unwrap();
+    assert!(get("udp_rx_frames") > 0, "{s:?}");
+    let c = ringed.counters();
+    assert_eq!((c.icrc_unverifiable, c.icrc_drops), (0, 0), "{c:?}");
+    // A frame that arrives on another interface is not the ring's (and each frame comes
+    // once: the ring's device saw what the peer sent, no more).
+    assert_eq!(get("udp_rx_frame_drops"), 0, "{s:?}");
+}
+
+#[test]
+fn a_raw_link_whose_interface_goes_down_reads_its_error_and_works_again() {
+    skip_unless_able!();
+    let t = topo(15);
+    let r = raw_dev(&t.a, t.a4, RawConfig::default(), 151);
+    let (udp, _drv) = udp_dev(&t.b, t.b4, 152);
+    let (a, b) = (end(&r.dev), end(&udp));
+    connect(&a, &b, 14);
+    send_write_read(&a, &b, 10, 1000);
+    // Down: the packet socket gets ENETDOWN, which poll reports until it is read.
+    t.a.ip(&format!("link set {} down", t.va));
+    let errors = || {
+        r.engine
+            .stats()
+            .named()
+            .iter()
+            .find(|(n, _)| *n == "engine_rx_errors")
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
+    wait_until("the engine to read the socket's error", || errors() >= 1);
+    t.a.ip(&format!("link set {} up", t.va));
+    send_write_read(&a, &b, 10, 1000);
+    send_write_read(&b, &a, 10, 1000);
+    assert_all_verified(&r);
+}
+
+#[test]
 fn a_receive_ring_is_refused_on_loopback_when_asked_for_and_skipped_on_auto() {
     skip_unless_able!();
     let t = topo(13);

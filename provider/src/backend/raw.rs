@@ -478,9 +478,11 @@ impl TxBatch {
             let mut iov: [libc::iovec; TX_SLOTS] = unsafe { mem::zeroed() };
             let mut msgs: [libc::mmsghdr; TX_SLOTS] = unsafe { mem::zeroed() };
             let n = self.len - self.head;
+            let base = self.bufs.as_mut_ptr();
             for k in 0..n {
                 let i = self.head + k;
-                iov[k].iov_base = self.bufs[i * FRAME_BUF..].as_mut_ptr().cast();
+                // SAFETY: slot `i` < TX_SLOTS starts inside `bufs` (TX_SLOTS * FRAME_BUF).
+                iov[k].iov_base = unsafe { base.add(i * FRAME_BUF) }.cast();
                 iov[k].iov_len = self.lens[i];
                 msgs[k].msg_hdr.msg_iov = &mut iov[k];
                 msgs[k].msg_hdr.msg_iovlen = 1;
@@ -802,14 +804,13 @@ impl RawLink {
         if iface.loopback {
             return Err(RawError::Loopback { addr, name }.into());
         }
-        let rx = PacketRx::open(addr, iface.index, iface.mtu as usize, config.rx_ring).map_err(
-            |(op, e)| match e.raw_os_error() {
+        let rx = PacketRx::open(addr, iface.index, iface.mtu as usize, config.rx_ring, false)
+            .map_err(|(op, e)| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => RawError::NeedsCapNetRaw {
                     interface: name.clone(),
                 },
                 _ => os_err(op, &name)(e),
-            },
-        )?;
+            })?;
         let fd = rx.fd();
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
         let guard = guard_socket(addr)?;
@@ -884,6 +885,12 @@ impl RawLink {
         let mut s = self.stats;
         s.rx_ring_drops += self.rx.drops();
         s
+    }
+
+    /// Reads and clears the packet socket's pending error (`poll` says `POLLERR` until it
+    /// is read; `ENETDOWN` when the interface went down).
+    pub fn take_rx_error(&self) -> Option<io::Error> {
+        self.rx.take_error()
     }
 
     /// When the link needs a pass although nothing arrives: frames wait for a MAC.

@@ -23,8 +23,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// through a [`RxRing`] when it could have one, else with one `recv` per frame. The raw
 /// backend sends on it too; the UDP backend only receives on it (`UdpConfig::rx_ring`).
 pub(super) struct PacketRx {
-    sock: OwnedFd,
+    /// Unmapped before the socket closes (fields drop in order).
     ring: Option<RxRing>,
+    sock: OwnedFd,
     /// The `recv` path's buffer (empty with a ring).
     buf: Box<[u8]>,
     /// Ring drops read by [`PacketRx::drops`] (those seen on receive go to the stats).
@@ -44,13 +45,16 @@ impl PacketRx {
     /// 4791 addressed to `addr` (a classic BPF filter, attached before anything can
     /// arrive), does not read back what this host sends, maps a receive ring sized for
     /// the interface's IP MTU `ip_mtu` when `ring` (a kernel that refuses it gets the
-    /// `recv` path), and binds it to interface `ifindex`. Errors: the call that failed
-    /// and its error (`EPERM` without CAP_NET_RAW).
+    /// `recv` path), and binds it to interface `ifindex`. With `and_loopback`, it is bound
+    /// to every interface instead and its filter also keeps only frames that arrived on
+    /// `ifindex` or on loopback (where this host's own traffic to `addr` arrives). Errors:
+    /// the call that failed and its error (`EPERM` without CAP_NET_RAW).
     pub(super) fn open(
         addr: IpAddr,
         ifindex: u32,
         ip_mtu: usize,
         ring: bool,
+        and_loopback: bool,
     ) -> Result<PacketRx, (&'static str, io::Error)> {
         // SAFETY: socket() has no memory-safety preconditions. Protocol 0: the socket
         // receives nothing until it is bound below (with ETH_P_ALL), so no frame of
@@ -67,7 +71,11 @@ impl PacketRx {
         }
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
         let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        attach_filter(fd, &rocev2_filter(addr)).map_err(|e| ("setsockopt(SO_ATTACH_FILTER)", e))?;
+        let mut filter = rocev2_filter(addr);
+        if and_loopback {
+            filter = arrived_on(&[ifindex, LOOPBACK_IFINDEX], filter);
+        }
+        attach_filter(fd, &filter).map_err(|e| ("setsockopt(SO_ATTACH_FILTER)", e))?;
         // Best effort (Linux >= 4.20): without it our frames, read back, fail the
         // destination check.
         let _ = setsockopt_int(fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, 1);
@@ -98,7 +106,7 @@ impl PacketRx {
         let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex as i32;
+        sll.sll_ifindex = if and_loopback { 0 } else { ifindex as i32 };
         // SAFETY: `sll` is a valid sockaddr_ll of the size given.
         let r = unsafe {
             libc::bind(
@@ -134,6 +142,25 @@ impl PacketRx {
         self.ring.is_some()
     }
 
+    /// Reads and clears the socket's pending error (`SO_ERROR`: `ENETDOWN` once its
+    /// interface went down), which makes `poll` report `POLLERR` until read; the ring path
+    /// makes no `recv` that would read it. `None` when there was none.
+    pub(super) fn take_error(&self) -> Option<io::Error> {
+        let mut err: libc::c_int = 0;
+        let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` and `len` are valid places of the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0 && err != 0).then(|| io::Error::from_raw_os_error(err))
+    }
+
     /// Frames the full ring dropped that no received frame has reported yet (the
     /// kernel's count, read now; it is reset by the reading).
     pub(super) fn drops(&self) -> u64 {
@@ -155,7 +182,7 @@ impl PacketRx {
     ) -> io::Result<usize> {
         let mut n = 0;
         while n < batch {
-            if let Some(ring) = &mut self.ring {
+            if let Some(ring) = &self.ring {
                 let Some(frame) = ring.peek(&mut stats.rx_ring_drops) else {
                     break;
                 };
@@ -165,7 +192,7 @@ impl PacketRx {
                 } else {
                     each(frame.bytes, stats);
                 }
-                ring.release();
+                // `frame` goes back to the kernel here, also when `each` unwinds.
             } else {
                 // SAFETY: `buf` is a live buffer of the length given.
                 let r = unsafe {
@@ -201,6 +228,45 @@ impl PacketRx {
     }
 }
 
+/// The index of a network namespace's loopback interface (Linux's `LOOPBACK_IFINDEX`).
+pub(super) const LOOPBACK_IFINDEX: u32 = 1;
+
+/// `prog` (whose last instruction drops, as [`rocev2_filter`]'s) run only for frames that
+/// arrived on one of two interfaces, by index (the `SKF_AD_IFINDEX` ancillary load);
+/// others are dropped.
+pub(super) fn arrived_on(
+    ifindex: &[u32; 2],
+    prog: Vec<libc::sock_filter>,
+) -> Vec<libc::sock_filter> {
+    let ld = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+    let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+    let ad = (libc::SKF_AD_OFF + libc::SKF_AD_IFINDEX) as u32;
+    // Instruction 2's false branch skips to `prog`'s last instruction: len - 1 ahead.
+    let to_drop = u8::try_from(prog.len().saturating_sub(1)).unwrap_or(u8::MAX);
+    let mut out = vec![
+        libc::sock_filter {
+            code: ld,
+            jt: 0,
+            jf: 0,
+            k: ad,
+        },
+        libc::sock_filter {
+            code: jeq,
+            jt: 1,
+            jf: 0,
+            k: ifindex[0],
+        },
+        libc::sock_filter {
+            code: jeq,
+            jt: 0,
+            jf: to_drop,
+            k: ifindex[1],
+        },
+    ];
+    out.extend(prog);
+    out
+}
+
 /// The smallest `recv` buffer: an Ethernet header, IPv6, UDP and the largest RoCE packet.
 const RECV_BUF_MIN: usize = 14 + 40 + 8 + crate::datapath::MAX_ROCE_PACKET_LEN;
 
@@ -219,6 +285,15 @@ pub(super) struct RingFrame<'a> {
     pub bytes: &'a [u8],
     /// The frame was longer than its slot; `bytes` is cut short.
     pub truncated: bool,
+    ring: &'a RxRing,
+}
+
+impl Drop for RingFrame<'_> {
+    /// Hands the slot back to the kernel and moves the ring to the next one: a frame
+    /// cannot be kept, nor a slot skipped, and a panic while it is read releases it too.
+    fn drop(&mut self) {
+        self.ring.release();
+    }
 }
 
 /// A `PACKET_RX_RING` of `TPACKET_V2` slots mapped into this process.
@@ -230,7 +305,7 @@ pub(super) struct RxRing {
     frames_per_block: usize,
     frames: usize,
     /// The next slot to read.
-    next: usize,
+    next: Cell<usize>,
     fd: RawFd,
 }
 
@@ -243,21 +318,22 @@ impl std::fmt::Debug for RxRing {
         f.debug_struct("RxRing")
             .field("frames", &self.frames)
             .field("frame_size", &self.frame_size)
-            .field("next", &self.next)
+            .field("next", &self.next.get())
             .finish()
     }
 }
 
 /// The slot geometry for an interface MTU: (frame size, block size, frames per block,
-/// blocks), each frame big enough for the interface's largest frame, blocks whole pages
-/// of 8 or more frames, about `ring_bytes` in all.
+/// blocks), each frame big enough for the interface's largest frame, blocks of 8 or more
+/// frames and a power of two pages (the kernel allocates each block so), about
+/// `ring_bytes` in all.
 pub(super) fn geometry(
     ip_mtu: usize,
     page: usize,
     ring_bytes: usize,
 ) -> (usize, usize, usize, usize) {
     let frame = (SLOT_OVERHEAD + 14 + ip_mtu).next_multiple_of(16);
-    let block = (frame * 8).next_multiple_of(page);
+    let block = (frame * 8).next_multiple_of(page).next_power_of_two();
     let per_block = block / frame;
     let blocks = ring_bytes.div_ceil(block).max(1);
     (frame, block, per_block, blocks)
@@ -299,8 +375,21 @@ impl RxRing {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            // Take the ring off again: with it set and unmapped, the kernel would keep
+            // filling it and `recv` would find nothing.
+            let none = libc::tpacket_req {
+                tp_block_size: 0,
+                tp_block_nr: 0,
+                tp_frame_size: 0,
+                tp_frame_nr: 0,
+            };
+            let _ = setsockopt(fd, libc::PACKET_RX_RING, &none);
+            return Err(e);
         }
+        // A child of `fork` would share the slots and could hand them back under us.
+        // SAFETY: advice on the mapping just made, of its length; no memory is touched.
+        unsafe { libc::madvise(p, map_len, libc::MADV_DONTFORK) };
         let base =
             NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave NULL"))?;
         Ok(RxRing {
@@ -310,7 +399,7 @@ impl RxRing {
             block_size,
             frames_per_block,
             frames: blocks * frames_per_block,
-            next: 0,
+            next: Cell::new(0),
             fd,
         })
     }
@@ -341,7 +430,7 @@ impl RxRing {
             &*self
                 .base
                 .as_ptr()
-                .add(self.offset(self.next))
+                .add(self.offset(self.next.get()))
                 .cast::<AtomicU32>()
         }
     }
@@ -358,7 +447,7 @@ impl RxRing {
         if status & libc::TP_STATUS_LOSING != 0 {
             *lost += self.take_drops();
         }
-        let slot = self.offset(self.next);
+        let slot = self.offset(self.next.get());
         // SAFETY: the slot is inside the mapping and the kernel has handed it to us
         // (TP_STATUS_USER, read with Acquire above): it does not write the slot again
         // until `release` gives it back, and nothing else in this process writes it. The
@@ -369,26 +458,31 @@ impl RxRing {
         // The kernel's offsets, checked against the slot: a bad one is an empty frame.
         let mac = usize::from(hdr.tp_mac);
         let snap = hdr.tp_snaplen as usize;
-        let (start, len) = if mac <= self.frame_size && snap <= self.frame_size - mac {
-            (mac, snap)
-        } else {
-            (0, 0)
-        };
+        let header = mem::size_of::<libc::tpacket2_hdr>();
+        let (start, len) =
+            if mac >= header && mac <= self.frame_size && snap <= self.frame_size - mac {
+                (mac, snap)
+            } else {
+                (0, 0)
+            };
         // SAFETY: `start + len <= frame_size`, so the bytes lie inside this slot, which
-        // stays ours (see above) for as long as the returned borrow of `self` lives.
+        // stays ours (see above) until the returned `RingFrame`, which borrows `self`,
+        // drops.
         let bytes =
             unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(slot + start), len) };
         Some(RingFrame {
             bytes,
             truncated: (hdr.tp_len as usize) > len,
+            ring: self,
         })
     }
 
-    /// Hands the frame [`RxRing::peek`] gave back to the kernel and moves to the next slot.
-    pub(super) fn release(&mut self) {
+    /// Hands the frame at the head back to the kernel and moves to the next slot (only
+    /// from [`RingFrame`]'s drop: one release per frame peeked).
+    fn release(&self) {
         self.status()
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.next = (self.next + 1) % self.frames;
+        self.next.set((self.next.get() + 1) % self.frames);
     }
 
     /// The kernel's count of frames dropped since the last reading (`PACKET_STATISTICS`
@@ -458,6 +552,7 @@ mod tests {
             assert_eq!(frame % 16, 0, "mtu {mtu}");
             assert!(frame >= 80 + 14 + mtu, "mtu {mtu}: slot {frame}");
             assert_eq!(block % page, 0, "mtu {mtu}");
+            assert!((block / page).is_power_of_two(), "mtu {mtu}");
             assert!(per_block >= 8 && per_block * frame <= block, "mtu {mtu}");
             assert!(blocks * block >= RING_BYTES, "mtu {mtu}");
             assert!(blocks * block < RING_BYTES + block, "mtu {mtu}");

@@ -56,10 +56,15 @@
 //! socket stays bound, with a drop-everything filter, so that the kernel does not answer
 //! RoCE with ICMP port unreachable and queues nothing on it, and `UDP_GRO` is not asked
 //! for (it would merge datagrams before the packet socket sees them). Multicast still
-//! arrives on the group sockets. Off by default: the packet socket sees frames before the
-//! host's firewall does (nftables input and ingress rules do not stop them), as with the
-//! raw backend. In the lab's 1-CPU guests (Debian's perftest on uroce's library, uroce in
-//! both, alternating rounds) it cut `ib_send_lat` and `ib_read_lat` (README, "Speed").
+//! arrives on the group sockets. The packet socket is bound to every interface with a
+//! filter that keeps only frames that arrived on the address's interface or on loopback
+//! (where the host's own traffic to the address arrives); frames for the address on a third
+//! interface, IP fragments and IPv6 packets with extension headers are not received in this
+//! mode. Only Ethernet interfaces qualify. Off by default: the packet socket sees frames
+//! before the host's firewall does (nftables input and ingress rules do not stop them), as
+//! with the raw backend. In the lab's 1-CPU guests (Debian's perftest on uroce's library)
+//! it cut `ib_send_lat` and `ib_read_lat` and raised the 64 KiB bandwidths by a third
+//! (README, "Receiving through a ring").
 //!
 //! # Batching
 //!
@@ -1028,6 +1033,14 @@ pub fn roce_socket(addr: IpAddr, port: u16) -> Result<std::net::UdpSocket, Backe
     Ok(s.into())
 }
 
+/// Whether interface `name` has an Ethernet (MAC) address: a tunnel's (WireGuard, tun,
+/// GRE) packets start at the IP header, which the ring's filter would never match.
+fn is_ethernet(name: &str) -> bool {
+    pnet_datalink::interfaces()
+        .iter()
+        .any(|i| i.name == name && i.mac.is_some_and(|m| !m.is_zero()))
+}
+
 /// The packet socket and ring of a device on `addr` ([`UdpConfig::rx_ring`]), if it is
 /// to have one. Errors only with [`RxRing::On`].
 fn open_frames(
@@ -1040,9 +1053,15 @@ fn open_frames(
         (_, None) => "no interface owns the address",
         (_, Some(_)) if addr.is_loopback() => "a loopback address",
         (_, Some(i)) if i.name == "lo" => "on the loopback interface",
-        (_, Some(i)) => {
-            let index = if_index(&i.name);
-            match PacketRx::open(addr, index, i.mtu as usize, true) {
+        (_, Some(i)) if !is_ethernet(&i.name) => {
+            "not an Ethernet interface (a tunnel's frames have no Ethernet header)"
+        }
+        (_, Some(i)) => match if_index(&i.name) {
+            // Renamed or gone since it was found: no interface to bind to.
+            0 => "the interface went away",
+            // Bound to every interface but kept to this one and loopback, where the
+            // host's own traffic to the address arrives.
+            index => match PacketRx::open(addr, index, i.mtu as usize, true, true) {
                 Ok(p) if p.has_ring() => return Ok(Some(p)),
                 Ok(_) => "the kernel refused PACKET_RX_RING",
                 Err((_, e))
@@ -1063,13 +1082,13 @@ fn open_frames(
                     })
                 }
                 Err(_) => "no packet socket (CAP_NET_RAW)",
-            }
-        }
+            },
+        },
     };
     if mode == RxRing::On {
         return Err(BackendError::Config(
-            "UROCE_RX_RING=1: a receive ring needs an address on an interface other than \
-             loopback and CAP_NET_RAW",
+            "UROCE_RX_RING=1: a receive ring needs an address on an Ethernet interface other \
+             than loopback, and CAP_NET_RAW",
         ));
     }
     tracing::debug!(%addr, why_not, "no receive ring: recvmmsg on the 4791 socket");
@@ -1220,6 +1239,12 @@ impl UdpSockets {
     /// ([`UdpConfig::rx_ring`]).
     pub fn rx_ring(&self) -> bool {
         self.frames.is_some()
+    }
+
+    /// Reads and clears the ring's socket's pending error (see [`UdpSockets::rx_fd`]:
+    /// `poll` says `POLLERR` until it is read; `ENETDOWN` when the interface went down).
+    pub fn take_rx_error(&self) -> Option<io::Error> {
+        self.frames.as_ref().and_then(PacketRx::take_error)
     }
 
     /// Datagrams per batch.
