@@ -118,15 +118,18 @@ fn check_raw() -> (Verdict, String) {
         unsafe { libc::close(fd) };
         return (
             Verdict::Ok,
-            "the raw-frame backend can run (AF_PACKET allowed: --backend raw)".into(),
+            "the raw-frame backend can run (AF_PACKET allowed: --backend raw), and so can \
+             the UDP backend's receive ring on an Ethernet address (UROCE_RX_RING=1)"
+                .into(),
         );
     }
     let e = std::io::Error::last_os_error();
     (
         Verdict::Warn,
         format!(
-            "the raw-frame backend cannot run here ({e}): it needs CAP_NET_RAW; the UDP \
-             backend (the default) does not"
+            "the raw-frame backend cannot run here ({e}): it needs CAP_NET_RAW, as does the \
+             UDP backend's receive ring (UROCE_RX_RING=1); the UDP backend (the default) does \
+             not"
         ),
     )
 }
