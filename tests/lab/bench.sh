@@ -59,7 +59,10 @@ else
     echo "lab-bench: no C compiler (cc): the guests' UDP floor is not measured" >&2
 fi
 
-gsh() { bash "$LAB/guest.sh" "$@"; }
+# Every call to a guest ends within 150 s on the host's side too (the workloads' own timeout
+# is 90 s in the guest): on 2026-12-06 rxe's guest lost its network during a 64-byte
+# ib_write_bw of 100000 messages and the call waited for its answer forever.
+gsh() { RXELAB_TIMEOUT=${RXELAB_TIMEOUT:-150} bash "$LAB/guest.sh" "$@"; }
 trap 'bash "$LAB/down.sh" >/dev/null 2>&1' EXIT
 trap 'exit 130' INT TERM
 
