@@ -312,39 +312,29 @@ impl UdpConfig {
     /// `1`/`on`/`true` on, and `auto` sets [`Gso::Auto`] / [`RxRing::Auto`]. Another value
     /// is a [`BackendError::Config`] that says which are allowed.
     pub fn with_env(mut self) -> Result<UdpConfig, BackendError> {
-        let gso = std::env::var("UROCE_GSO").unwrap_or_default();
-        self.gso = match gso.trim().to_ascii_lowercase().as_str() {
-            "" => self.gso,
-            "auto" => Gso::Auto,
-            v => match flag(v) {
-                Some(true) => Gso::On,
-                Some(false) => Gso::Off,
-                None => {
-                    return Err(BackendError::Config(
-                        "UROCE_GSO must be 0, 1 or auto (off, on, or on where a NIC sends)",
-                    ))
-                }
-            },
+        let gso = env_auto_flag("UROCE_GSO").ok_or(BackendError::Config(
+            "UROCE_GSO must be 0, 1 or auto (off, on, or on where a NIC sends)",
+        ))?;
+        self.gso = match gso {
+            Unset => self.gso,
+            Auto => Gso::Auto,
+            Flag(true) => Gso::On,
+            Flag(false) => Gso::Off,
         };
         self.gro = env_flag("UROCE_GRO", self.gro)
             .ok_or(BackendError::Config("UROCE_GRO must be 0 or 1 (off or on)"))?;
         self.paged_tx = env_flag("UROCE_PAGED_TX", self.paged_tx).ok_or(BackendError::Config(
             "UROCE_PAGED_TX must be 0 or 1 (off or on)",
         ))?;
-        let ring = std::env::var("UROCE_RX_RING").unwrap_or_default();
-        self.rx_ring = match ring.trim().to_ascii_lowercase().as_str() {
-            "" => self.rx_ring,
-            "auto" => RxRing::Auto,
-            v => match flag(v) {
-                Some(true) => RxRing::On,
-                Some(false) => RxRing::Off,
-                None => {
-                    return Err(BackendError::Config(
-                        "UROCE_RX_RING must be 0, 1 or auto (off, on, or on where CAP_NET_RAW \
-                         allows it off loopback)",
-                    ))
-                }
-            },
+        let ring = env_auto_flag("UROCE_RX_RING").ok_or(BackendError::Config(
+            "UROCE_RX_RING must be 0, 1 or auto (off, on, or on where CAP_NET_RAW allows it \
+             off loopback)",
+        ))?;
+        self.rx_ring = match ring {
+            Unset => self.rx_ring,
+            Auto => RxRing::Auto,
+            Flag(true) => RxRing::On,
+            Flag(false) => RxRing::Off,
         };
         Ok(self)
     }
@@ -356,6 +346,28 @@ pub(super) fn env_flag(name: &str, default: bool) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "" => Some(default),
         v => flag(v),
+    }
+}
+
+/// The value of a variable that is a flag or `auto` ([`env_auto_flag`]).
+enum AutoFlag {
+    /// Unset or empty: the configuration's own value stays.
+    Unset,
+    /// `auto`.
+    Auto,
+    /// A flag ([`flag`]).
+    Flag(bool),
+}
+use AutoFlag::{Auto, Flag, Unset};
+
+/// Environment variable `name` as a flag or `auto` (any case, blanks trimmed); `None` for
+/// another value.
+fn env_auto_flag(name: &str) -> Option<AutoFlag> {
+    let v = std::env::var(name).unwrap_or_default();
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => Some(Unset),
+        "auto" => Some(Auto),
+        v => flag(v).map(Flag),
     }
 }
 
