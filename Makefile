@@ -9,8 +9,9 @@
 #                     short fuzz smoke of every fuzz target
 #   make fuzz         longer fuzzing of every target (FUZZ_SECS each, default 300)
 #   make bench        throughput figures (not a test; numbers are printed, never asserted)
-#   make bench-instr  instructions and allocations per message in uroce's verbs (callgrind;
-#                     needs valgrind): the one figure the host's load does not move
+#   make bench-instr  instructions, conditional branches, calls and allocations per message
+#                     in uroce's verbs (callgrind; needs valgrind): figures the host's load
+#                     does not move
 #   make lab-bench    uroce against rxe in the lab's guests, side by side (root; figures only)
 #   make lab-interop  interop matrix against Linux rxe in ../shared/rxe-lab (root; brings the
 #                     lab up and down; ~5-20 min; not part of `make test`)

@@ -34,24 +34,43 @@ macro_rules! counters {
 
         /// A snapshot of transport counters (see the module docs). Each field is a count of
         /// events (packets, bytes, NAKs, ...) since creation.
+        ///
+        /// `repr(C)`: the fields lie in declaration order, 8 bytes apart, the order of
+        /// [`Counter`]'s variants, so that [`Counters::add`] and [`Counters::get`] index
+        /// them as an array rather than match (a jump table: an indirect jump, which the
+        /// lab's emulated CPU charges dearly).
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        #[repr(C)]
         pub struct Counters {
             $($(#[$doc])* pub $field: u64,)*
         }
 
         impl Counters {
             /// The value of counter `c`.
+            #[inline]
             pub fn get(&self, c: Counter) -> u64 {
-                match c {
-                    $(Counter::$variant => self.$field,)*
-                }
+                self.as_array()[c as usize]
             }
 
             /// Adds `n` to counter `c`.
+            #[inline]
             pub fn add(&mut self, c: Counter, n: u64) {
-                match c {
-                    $(Counter::$variant => self.$field = self.$field.wrapping_add(n),)*
-                }
+                let v = &mut self.as_array_mut()[c as usize];
+                *v = v.wrapping_add(n);
+            }
+
+            /// The counters as an array indexed by [`Counter`].
+            #[inline]
+            fn as_array(&self) -> &[u64; Counter::COUNT] {
+                // SAFETY: Counters is repr(C) with COUNT u64 fields and nothing else (the
+                // assertion below), so it has the layout of [u64; COUNT], field i at index i.
+                unsafe { &*(self as *const Counters).cast::<[u64; Counter::COUNT]>() }
+            }
+
+            #[inline]
+            fn as_array_mut(&mut self) -> &mut [u64; Counter::COUNT] {
+                // SAFETY: as in as_array; the borrow is unique.
+                unsafe { &mut *(self as *mut Counters).cast::<[u64; Counter::COUNT]>() }
             }
 
             /// `(name, value)` of every counter, in declaration order.
@@ -153,6 +172,9 @@ counters! {
 
 // A `Tally` keeps one bit per counter in a u64.
 const _: () = assert!(Counter::COUNT <= 64);
+// `Counters::as_array`: nothing in `Counters` but its COUNT u64 fields.
+const _: () = assert!(std::mem::size_of::<Counters>() == 8 * Counter::COUNT);
+const _: () = assert!(std::mem::align_of::<Counters>() == std::mem::align_of::<u64>());
 
 /// Counts gathered while one packet, transmit or timer is handled, added to a QP's and
 /// its device's counters at once ([`Tally::for_each`]). It remembers which counters it
@@ -236,6 +258,7 @@ impl Default for AtomicCounters {
 }
 
 impl AtomicCounters {
+    #[inline]
     pub(crate) fn add(&self, c: Counter, n: u64) {
         self.0[c as usize].fetch_add(n, Ordering::Relaxed);
     }
@@ -263,6 +286,42 @@ mod tests {
         assert_eq!(s.get(Counter::PacketsSent), 1);
         assert_eq!(Counter::IcrcDrops.name(), "icrc_drops");
         assert_eq!(s.iter().count(), Counter::COUNT);
+    }
+
+    /// `Counters::add` and `get` index the fields as an array: each counter's index reaches
+    /// its own field and no other (read by name from the derived `Debug`).
+    #[test]
+    fn add_reaches_the_named_field() {
+        for (i, &c) in Counter::ALL.iter().enumerate() {
+            let mut s = Counters::default();
+            s.add(c, i as u64 + 1);
+            let dbg = format!("{s:?}");
+            assert!(
+                dbg.contains(&format!(" {}: {},", c.name(), i + 1))
+                    || dbg.contains(&format!(" {}: {} }}", c.name(), i + 1)),
+                "{dbg}"
+            );
+            assert_eq!(
+                dbg.matches(": 0").count(),
+                Counter::COUNT - 1,
+                "{}",
+                c.name()
+            );
+            assert_eq!(s.get(c), i as u64 + 1);
+        }
+        let mut s = Counters::default();
+        s.add(Counter::RnrNaksSent, 3);
+        assert_eq!(s.rnr_naks_sent, 3);
+        s.add(Counter::CcRateCuts, u64::MAX);
+        s.add(Counter::CcRateCuts, 2);
+        assert_eq!(s.cc_rate_cuts, 1, "wraps");
+    }
+
+    #[test]
+    fn is_drop_matches_drop_reason() {
+        for &c in Counter::ALL {
+            assert_eq!(c.is_drop(), c.drop_reason().is_some(), "{}", c.name());
+        }
     }
 
     #[test]

@@ -337,10 +337,13 @@ impl Datapath {
 
     /// Adds `n` to the device's counter `c`. Every count, the QPs' included, comes here:
     /// a drop counter is also logged, with why ([`Counter::drop_reason`]).
+    #[inline]
     pub(crate) fn count(&self, c: Counter, n: u64) {
         self.counters.add(c, n);
-        if let Some(why) = c.drop_reason() {
-            crate::trace::dropped(c, n, why);
+        if c.is_drop() {
+            if let Some(why) = c.drop_reason() {
+                crate::trace::dropped(c, n, why);
+            }
         }
     }
 
@@ -358,13 +361,20 @@ impl Datapath {
     /// work requests (into its other CQ, if it has one; what goes to the broken CQ is
     /// lost). Called with no QP lock held, at the end of every datapath entry point and
     /// of the verbs that write completions.
+    #[inline]
     pub(crate) fn settle_cq_errors(&self) {
-        if !self
+        if self
             .has_cq_errors
             .load(std::sync::atomic::Ordering::Acquire)
         {
-            return;
+            self.settle_cq_errors_now();
         }
+    }
+
+    /// [`Datapath::settle_cq_errors`] once its flag is seen set.
+    #[cold]
+    #[inline(never)]
+    fn settle_cq_errors_now(&self) {
         let cqs = {
             let mut e = self.cq_errors.lock();
             self.has_cq_errors
@@ -570,10 +580,17 @@ impl Device {
     }
 
     /// Calls the tap: the local address is (device address, `src_port`, else 4791).
+    #[inline]
     fn tap(&self, dir: TapDirection, peer: SocketAddr, src_port: Option<u16>, pkt: &[u8]) {
-        if !self.dp.has_tap.load(std::sync::atomic::Ordering::Acquire) {
-            return;
+        if self.dp.has_tap.load(std::sync::atomic::Ordering::Acquire) {
+            self.tap_now(dir, peer, src_port, pkt);
         }
+    }
+
+    /// [`Device::tap`] once a tap is known to be set.
+    #[cold]
+    #[inline(never)]
+    fn tap_now(&self, dir: TapDirection, peer: SocketAddr, src_port: Option<u16>, pkt: &[u8]) {
         let tap = self.dp.tap.lock().clone();
         if let Some(tap) = tap {
             let port = src_port.unwrap_or(uroce_wire::ROCEV2_PORT);

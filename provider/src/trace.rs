@@ -55,6 +55,27 @@ impl fmt::Display for Qpn {
 }
 
 impl Counter {
+    /// Bit `c as usize` is set for each counter `c` that counts drops (has a
+    /// [`Counter::drop_reason`]).
+    const DROPS: u64 = {
+        let mut m = 0u64;
+        let mut i = 0;
+        while i < Counter::ALL.len() {
+            if Counter::ALL[i].drop_reason().is_some() {
+                m |= 1 << i;
+            }
+            i += 1;
+        }
+        m
+    };
+
+    /// Whether this counter counts dropped packets: one test of a constant mask, where
+    /// [`Counter::drop_reason`] is a match.
+    #[inline]
+    pub const fn is_drop(self) -> bool {
+        Counter::DROPS & (1 << self as usize) != 0
+    }
+
     /// Why a packet counted in this counter was dropped (one line), or `None` when the
     /// counter counts no drop. Each drop is logged at DEBUG with this text.
     pub const fn drop_reason(self) -> Option<&'static str> {

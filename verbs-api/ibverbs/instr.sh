@@ -2,8 +2,12 @@
 # Instructions per message (figures only, never asserted): Debian's perftest on uroce's
 # libibverbs.so.1, two processes on loopback, the client under callgrind. It counts the
 # instructions the client executes inside uroce's verbs (ibv_poll_cq, ibv_post_send,
-# ibv_post_recv, and the device's engine thread), divided by the iterations, and the
-# client's Rust heap allocations (`__rust_alloc` calls, set-up included) likewise.
+# ibv_post_recv, and the device's engine thread), divided by the iterations, the
+# conditional branches among them, the calls made from uroce's code, and the client's Rust
+# heap allocations (`__rust_alloc` calls, set-up included) likewise. The lab's emulated
+# guests charge each of the three (tests/lab/tcg_cost.c: about 3 ns per simple statement,
+# 14 more for a conditional branch, 65 more for a call and its return, 75 for a jump to
+# another page and back), so each is a figure to bring down.
 #
 # Unlike a time, this count does not depend on the host's load: two builds compare to
 # within a few percent, where the lab's emulated guests, whose CPU costs each instruction
@@ -45,7 +49,7 @@ count() {
     SERVER=$!
     listening "$port"
     if ! (cd "$TMP" && "${PIN0[@]}" "$U" exec --devices b1=127.0.92.2 -- valgrind --tool=callgrind \
-        --callgrind-out-file="$TMP/cg.out" "$test" -x 0 -p "$port" "$@" 127.0.92.1 > "$TMP/c.txt" 2>&1); then
+        --branch-sim=yes --callgrind-out-file="$TMP/cg.out" "$test" -x 0 -p "$port" "$@" 127.0.92.1 > "$TMP/c.txt" 2>&1); then
         echo "bench-instr: $name failed; client:"; tail -n 20 "$TMP/c.txt"
         echo "server:"; tail -n 20 "$TMP/s.txt"
         exit 1
@@ -53,20 +57,24 @@ count() {
     wait $SERVER || true
     SERVER=
     # (callgrind_annotate 3.19 warns about its own threshold arithmetic: not ours to print)
-    callgrind_annotate --inclusive=yes --threshold=99.99 "$TMP/cg.out" > "$TMP/incl.txt" 2>/dev/null
+    callgrind_annotate --inclusive=yes --threshold=99.99 --show=Ir,Bc "$TMP/cg.out" > "$TMP/incl.txt" 2>/dev/null
     python3 - "$TMP/incl.txt" "$TMP/cg.out" "$N" "$name" <<'EOF'
 import re, sys
 incl, raw, n, name = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 entry = {"uroce_poll_cq": 0, "uroce_post_send": 0, "uroce_post_recv": 0, "Shared::run_shared": 0}
+branches = dict.fromkeys(entry, 0)
 for line in open(incl):
-    m = re.match(r"\s*([\d,]+) .*?:(\S+) \[", line)
+    m = re.match(r"\s*([\d,]+) \(.*?\)\s+([\d,]+|\.) .*?:(\S+) \[", line)
     if not m:
         continue
     for k in entry:
-        if m.group(2).endswith(k) and entry[k] == 0:
+        if m.group(3).endswith(k) and entry[k] == 0:
             entry[k] = int(m.group(1).replace(",", ""))
+            branches[k] = int(m.group(2).replace(",", "").replace(".", "0"))
 # Calls, from the raw file: cfn= names the callee of the calls= line after it.
+# ob= names the object of the code that follows (the caller's, for calls= lines).
 names, calls, cfn = {}, {}, None
+objs, ours, from_ours = {}, False, 0
 for line in open(raw, errors="replace"):
     m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line)
     if m:
@@ -75,14 +83,25 @@ for line in open(raw, errors="replace"):
         if m.group(1) == "cfn":
             cfn = names.get(m.group(2))
         continue
+    m = re.match(r"(c?ob)=\((\d+)\)(?: (.*))?", line)
+    if m:
+        if m.group(3):
+            objs[m.group(2)] = m.group(3).strip()
+        if m.group(1) == "ob":
+            ours = objs.get(m.group(2), "").endswith("libibverbs.so.1")
+        continue
     if line.startswith("calls=") and cfn:
-        calls[cfn] = calls.get(cfn, 0) + int(line[6:].split()[0])
+        k = int(line[6:].split()[0])
+        calls[cfn] = calls.get(cfn, 0) + k
+        if ours:
+            from_ours += k
 def per(pat):
     return sum(v for k, v in calls.items() if re.search(pat, k)) / n
 total = sum(entry.values()) / n
 print(f"  {name:<24} {total:>8.0f} instructions per iteration "
       f"(poll_cq {entry['uroce_poll_cq'] / n:.0f}, post_send {entry['uroce_post_send'] / n:.0f}, "
       f"post_recv {entry['uroce_post_recv'] / n:.0f}, engine thread {entry['Shared::run_shared'] / n:.0f}); "
+      f"{sum(branches.values()) / n:.0f} conditional branches, {from_ours / n:.0f} calls from uroce's code (set-up included); "
       f"{per(r'__rust_alloc$'):.2f} allocations, {per(r'Shared::pass_locked$'):.2f} passes")
 EOF
 }
