@@ -793,16 +793,29 @@ impl Cq {
     }
 
     /// Fills `wc` with up to `wc.len()` completions, oldest first; returns how many
-    /// (`ibv_poll_cq(3)`). On a polled-mode device it first makes progress.
+    /// (`ibv_poll_cq(3)`). On a polled-mode device it makes progress when the CQ holds
+    /// fewer completions than `wc` has room for (or `wc` is empty), then takes what that
+    /// added: a poll the CQ can answer at once costs no pass over the device (a latency
+    /// loop that polls its send CQ, then its receive CQ, finds the receive there, as the
+    /// pass of the first poll put it), and the next poll that comes up short makes the
+    /// progress skipped.
     pub fn poll(&self, wc: &mut [WorkCompletion]) -> usize {
+        let n = self.inner.cq.poll(wc);
+        if n == wc.len() && n > 0 {
+            return n;
+        }
         progress(&self.inner.driver);
-        self.inner.cq.poll(wc)
+        n + self.inner.cq.poll(&mut wc[n..])
     }
 
-    /// The oldest completion, if any (makes progress first on a polled-mode device).
-    /// The pool buffer of a receive posted with [`Qp::post_recv_buf`] goes back to its pool
-    /// ([`Cq::poll_bufs`] hands it out instead).
+    /// The oldest completion, if any: one already on the CQ, else what progress on a
+    /// polled-mode device adds (as [`Cq::poll`]). The pool buffer of a receive posted with
+    /// [`Qp::post_recv_buf`] goes back to its pool ([`Cq::poll_bufs`] hands it out
+    /// instead).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        if let Some(wc) = self.inner.cq.poll_one() {
+            return Some(wc);
+        }
         progress(&self.inner.driver);
         self.inner.cq.poll_one()
     }
@@ -811,15 +824,22 @@ impl Cq {
     /// of its receive if it was posted with [`Qp::post_recv_buf`] (`None` otherwise);
     /// returns how many. The buffer derefs to exactly the bytes received, read in place
     /// (`byte_len` of them for a SEND; empty for an error or an RDMA WRITE with
-    /// immediate). Reuse `out` (clear it) and nothing is allocated. Makes progress first
-    /// on a polled-mode device, as [`Cq::poll`].
+    /// immediate). Reuse `out` (clear it) and nothing is allocated. Makes progress on a
+    /// polled-mode device when the CQ holds fewer than `max`, as [`Cq::poll`].
     pub fn poll_bufs(&self, out: &mut Vec<(WorkCompletion, Option<RecvBuf>)>, max: usize) -> usize {
+        let n = self.inner.cq.poll_bufs(out, max);
+        if n == max && n > 0 {
+            return n;
+        }
         progress(&self.inner.driver);
-        self.inner.cq.poll_bufs(out, max)
+        n + self.inner.cq.poll_bufs(out, max - n)
     }
 
     /// The oldest completion with its pool buffer, as [`Cq::poll_bufs`] for one.
     pub fn poll_one_buf(&self) -> Option<(WorkCompletion, Option<RecvBuf>)> {
+        if let Some(got) = self.inner.cq.poll_one_buf() {
+            return Some(got);
+        }
         progress(&self.inner.driver);
         self.inner.cq.poll_one_buf()
     }
@@ -899,7 +919,8 @@ impl Cq {
     /// CQ is empty (the C call's `ENOENT`), else a cursor on the oldest completion, taken
     /// off the CQ. [`CqPoll::next_poll`] moves to the next one; dropping the cursor is
     /// `ibv_end_poll`. Completions the cursor has not reached stay on the CQ, for the next
-    /// poll of either kind. Makes progress first on a polled-mode device, as [`Cq::poll`].
+    /// poll of either kind. Makes progress on a polled-mode device when the CQ is empty, as
+    /// [`Cq::poll`].
     pub fn start_poll(&self) -> Option<CqPoll> {
         let wc = self.poll_one()?;
         Some(CqPoll {
