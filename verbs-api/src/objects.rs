@@ -813,11 +813,7 @@ impl Cq {
     /// [`Qp::post_recv_buf`] goes back to its pool ([`Cq::poll_bufs`] hands it out
     /// instead).
     pub fn poll_one(&self) -> Option<WorkCompletion> {
-        if let Some(wc) = self.inner.cq.poll_one() {
-            return Some(wc);
-        }
-        progress(&self.inner.driver);
-        self.inner.cq.poll_one()
+        self.poll_one_buf().map(|(wc, _)| wc)
     }
 
     /// Appends up to `max` completions, oldest first, to `out`, each with the pool buffer
