@@ -607,7 +607,10 @@ fn a_receive_ring_is_refused_on_loopback_when_asked_for_and_skipped_on_auto() {
             rx_ring: RxRing::Auto,
             ..UdpConfig::default()
         };
-        assert!(!UdpSockets::open_on_port(lo, 14791, &auto)
+        // Another port: the refused open's socket may outlive it for a moment in a child
+        // that another test forked (`ip netns exec`) and that has not yet exec'd, so the
+        // same port could still read as taken.
+        assert!(!UdpSockets::open_on_port(lo, 14792, &auto)
             .unwrap()
             .rx_ring());
     });
