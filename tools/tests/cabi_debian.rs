@@ -787,6 +787,44 @@ fn c_extended() {
     run_c_program("c_extended", "extended", "x0=127.0.77.1,x1=127.0.77.2");
 }
 
+/// uroce's C program of flushed completions (`verbs-api/ibverbs/tests/c/flush_explain.c`)
+/// under `uroce exec` (UROCE_EXPLAIN=1): the receives flushed by the program's own move of
+/// its QP to ERR get no line (a teardown's flushes are expected: `rping`'s clean runs
+/// printed one on both sides), and the WRs flushed after a WRITE's remote access error get
+/// one line after the error's, not one each.
+#[test]
+fn c_flush_explain() {
+    let Some(out) = run_c_program(
+        "c_flush_explain",
+        "flush_explain",
+        "f0=127.0.78.1,f1=127.0.78.2",
+    ) else {
+        return;
+    };
+    let qpns = out
+        .lines()
+        .find_map(|l| l.strip_prefix("qpn b "))
+        .unwrap_or_else(|| panic!("no QP numbers printed:\n{out}"));
+    let (b, c) = qpns
+        .split_once(", c ")
+        .unwrap_or_else(|| panic!("QP numbers: {qpns}"));
+    let explained = |qpn: &str| -> Vec<&str> {
+        out.lines()
+            .filter(|l| l.starts_with(&format!("uroce: QP {qpn} ")))
+            .collect()
+    };
+    assert_eq!(explained(b), Vec::<&str>::new(), "{out}");
+    let c = explained(c);
+    assert_eq!(c.len(), 2, "{out}");
+    assert!(c[0].contains("remote access error"), "{out}");
+    assert!(
+        c[1].contains("flushed")
+            && c[1].contains("failed (remote-access")
+            && c[1].ends_with("(this QP's other flushed completions are not listed)"),
+        "{out}"
+    );
+}
+
 /// Compiles `verbs-api/ibverbs/tests/c/NAME.c` against the system's `<infiniband/verbs.h>`
 /// (linked against Debian's libibverbs), runs it on uroce's with `devices`, and expects
 /// exit 0 and "NAME: ok"; its output, or `None` when skipped.

@@ -187,7 +187,7 @@ pub(crate) fn cq_ex(cq: ibv_cq) -> ibv_cq_ex {
 /// fails with `ENOENT` when there is none.
 fn publish(q: &Obj<UCq>, wc: Option<&uroce_verbs::WorkCompletion>) -> Result<c_int, Errno> {
     let w = wc.ok_or(ENOENT)?;
-    crate::verbs::explain_to_stderr(&q.k.cq, w);
+    crate::verbs::explain_to_stderr(&q.k, w);
     // SAFETY: our live CQ struct; C reads these two fields between the poll calls.
     unsafe {
         (*q.c()).status = w.status as u32;

@@ -145,6 +145,9 @@ pub struct UCq {
     pub(crate) poll: Mutex<Option<uroce_verbs::CqPoll>>,
     /// Empty `ibv_poll_cq` calls in a row (see [`YIELD_EVERY`]).
     empty_polls: std::sync::atomic::AtomicU32,
+    /// The QP number + 1 of the last flushed completion [`explain_to_stderr`] listed (0:
+    /// none), so that a QP's flushes after an error are listed once, not one line each.
+    last_flush_listed: std::sync::atomic::AtomicU64,
 }
 impl Kind for UCq {
     /// C holds it as an `ibv_cq` too (the first field; `ibv_cq_ex_to_cq` is a cast).
@@ -1117,6 +1120,7 @@ pub(crate) unsafe fn create_cq_with(
             shared: c.k.shared.clone(),
             poll: Mutex::new(None),
             empty_polls: std::sync::atomic::AtomicU32::new(0),
+            last_flush_listed: std::sync::atomic::AtomicU64::new(0),
         },
     );
     if let Some(ch) = ch {
@@ -1205,7 +1209,7 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
             let chunk = (want - done).min(buf.len());
             let got = q.k.cq.poll(&mut buf[..chunk]);
             for (i, w) in buf[..got].iter().enumerate() {
-                explain_to_stderr(&q.k.cq, w);
+                explain_to_stderr(&q.k, w);
                 // SAFETY: `wc` has `num_entries` entries (ibv_poll_cq's contract).
                 unsafe { wc.add(done + i).write(wc_to_c(w)) };
             }
@@ -1235,19 +1239,45 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
 /// `uroce: QP 0x... wr_id N: <the cause with its values>` (the sentence of
 /// `Cq::explain`; `vendor_err` carries its code either way). Unmodified programs print
 /// only libibverbs' status string, so this is how their users see why.
-pub(crate) fn explain_to_stderr(cq: &uroce_verbs::Cq, w: &WorkCompletion) {
+///
+/// Flushed completions (IBTA §10.3.1, C10-42) are listed once per QP, the first of a run
+/// of them; and not at all when the program moved the QP to ERR itself with `modify_qp`
+/// (`rdma_disconnect` does, for one): a teardown's flushed receives are expected, and a
+/// line for them reads as a failure (`rping`'s clean runs printed one on both sides).
+pub(crate) fn explain_to_stderr(q: &UCq, w: &WorkCompletion) {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     if w.status == uroce_verbs::WcStatus::Success
         || !*ON.get_or_init(|| std::env::var("UROCE_EXPLAIN").is_ok_and(|v| v.trim() == "1"))
     {
         return;
     }
-    match cq.explain(w) {
-        Some(cause) => eprintln!("uroce: QP {:#08x} wr_id {}: {cause}", w.qp_num, w.wr_id),
-        None => eprintln!(
-            "uroce: QP {:#08x} wr_id {}: {} (vendor_err {}; `uroce explain {}`)",
-            w.qp_num, w.wr_id, w.status, w.vendor_err, w.vendor_err
-        ),
+    if let Some(line) = explanation(q, w) {
+        eprintln!("{line}");
+    }
+}
+
+/// The line [`explain_to_stderr`] prints for the error completion `w`, if any.
+fn explanation(q: &UCq, w: &WorkCompletion) -> Option<String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let head = format!("uroce: QP {:#08x} wr_id {}", w.qp_num, w.wr_id);
+    match q.cq.explain(w) {
+        Some(uroce_verbs::ErrorCause::Flushed {
+            first: Some(uroce_verbs::ErrReason::Modified),
+        }) => None,
+        Some(cause @ uroce_verbs::ErrorCause::Flushed { .. }) => {
+            let key = u64::from(w.qp_num) + 1;
+            (q.last_flush_listed.swap(key, Relaxed) != key).then(|| {
+                format!("{head}: {cause} (this QP's other flushed completions are not listed)")
+            })
+        }
+        Some(cause) => {
+            q.last_flush_listed.store(0, Relaxed);
+            Some(format!("{head}: {cause}"))
+        }
+        None => Some(format!(
+            "{head}: {} (vendor_err {}; `uroce explain {}`)",
+            w.status, w.vendor_err, w.vendor_err
+        )),
     }
 }
 
