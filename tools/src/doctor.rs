@@ -12,6 +12,7 @@
 use clap::Args;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
+use uroce_provider::backend::holder::udp_port_holder;
 use uroce_provider::backend::udp::interface_of;
 use uroce_verbs::{devices, Gid};
 use uroce_wire::Mtu;
@@ -39,61 +40,11 @@ fn say(v: Verdict, what: &str) {
     println!("{tag} {what}");
 }
 
-/// The socket inode bound to UDP `port` on `ip` (or on the wildcard), from
-/// `/proc/net/udp` or `/proc/net/udp6`.
-fn udp_inode(ip: IpAddr, port: u16) -> Option<u64> {
-    let file = if ip.is_ipv4() {
-        "/proc/net/udp"
-    } else {
-        "/proc/net/udp6"
-    };
-    let text = std::fs::read_to_string(file).ok()?;
-    let want_port = format!("{port:04X}");
-    text.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        let (addr, p) = f.get(1)?.split_once(':')?;
-        let mine = match ip {
-            IpAddr::V4(v4) => {
-                let hex = format!("{:08X}", u32::from_le_bytes(v4.octets()));
-                addr == hex || addr == "00000000"
-            }
-            IpAddr::V6(_) => true,
-        };
-        (p == want_port && mine).then(|| f.get(9)?.parse().ok())?
-    })
-}
-
-/// The process that holds socket `inode` (`PID (comm)`), if /proc lets us see it.
-fn owner_of(inode: u64) -> Option<String> {
-    let target = format!("socket:[{inode}]");
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let pid = e.file_name().to_string_lossy().to_string();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target) {
-                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-                return Some(format!("pid {pid} ({})", comm.trim()));
-            }
-        }
-    }
-    None
-}
-
 fn check_port(ip: IpAddr) -> (Verdict, String) {
     match UdpSocket::bind(SocketAddr::new(ip, 4791)) {
         Ok(_) => (Verdict::Ok, format!("UDP port 4791 on {ip} is free")),
         Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
-            let who = match udp_inode(ip, 4791) {
-                // The kernel's own sockets (rxe's) have inode 0 and no process.
-                Some(0) => "the kernel (rdma_rxe?)".to_string(),
-                Some(i) => owner_of(i).unwrap_or_else(|| format!("socket inode {i}")),
-                None => "another socket".to_string(),
-            };
+            let who = udp_port_holder(ip, 4791).unwrap_or_else(|| "another socket".to_string());
             (
                 Verdict::Fail,
                 format!(

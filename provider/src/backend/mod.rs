@@ -39,6 +39,7 @@
 //!   every packet that does not verify. Taking 64 IDs for good leaves a corrupted packet
 //!   a chance of 2^-26 rather than 2^-32 to pass.
 
+pub mod holder;
 pub mod raw;
 mod ring;
 pub mod udp;
@@ -144,17 +145,21 @@ fn gso_segment(roce_len: usize, stored: u32, computed: u32) -> bool {
 pub enum BackendError {
     /// Another socket owns the UDP port on this address.
     #[error(
-        "UDP port {port} on {addr} is already in use: another RoCE stack owns it. \
+        "UDP port {port} on {addr} is already in use{}: another RoCE stack owns it. \
          The usual cause is the kernel's rdma_rxe module, which binds 0.0.0.0:{port} and \
          [::]:{port} as soon as it is loaded (check `ss -ulpn sport = :{port}`; unload it with \
          `sudo rdma link delete rxe0; sudo modprobe -r rdma_rxe`), or another uroce device on \
-         the same address (give each device its own address, e.g. 127.0.0.1 and 127.0.0.2)"
+         the same address (give each device its own address, e.g. 127.0.0.1 and 127.0.0.2)",
+        .holder.as_deref().map(|h| format!(" by {h}")).unwrap_or_default()
     )]
     PortInUse {
         /// The address the device was to own.
         addr: IpAddr,
         /// The UDP port (4791).
         port: u16,
+        /// Who holds it, as far as /proc shows ([`holder::udp_port_holder`]): `pid PID
+        /// (COMM)`, or `the kernel (rdma_rxe?)`.
+        holder: Option<String>,
     },
     /// The address is not configured on any interface of this host.
     #[error(

@@ -778,6 +778,7 @@ fn guard_socket(addr: IpAddr) -> Result<Socket, BackendError> {
             Some(libc::EADDRINUSE) => BackendError::PortInUse {
                 addr,
                 port: ROCEV2_PORT,
+                holder: super::holder::udp_port_holder(addr, ROCEV2_PORT),
             },
             Some(libc::EADDRNOTAVAIL) => BackendError::AddressNotLocal { addr },
             _ => os("bind")(e),

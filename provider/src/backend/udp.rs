@@ -1022,7 +1022,11 @@ fn bound_socket(
     }
     s.bind(&SockAddr::from(SocketAddr::new(addr, port)))
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => BackendError::PortInUse { addr, port },
+            Some(libc::EADDRINUSE) => BackendError::PortInUse {
+                addr,
+                port,
+                holder: super::holder::udp_port_holder(addr, port),
+            },
             Some(libc::EADDRNOTAVAIL) => BackendError::AddressNotLocal { addr },
             _ => BackendError::Os {
                 op: "bind",

@@ -1,0 +1,79 @@
+//! Who holds a UDP port: the process behind [`super::BackendError::PortInUse`], read from
+//! `/proc/net/udp{,6}` (the socket's inode) and `/proc/*/fd` (the process with that
+//! socket open). Only on the error path, and as far as /proc lets this process see.
+
+use std::net::IpAddr;
+
+/// The socket inode bound to UDP `port` on `ip` (or on the wildcard address of its
+/// family), from `/proc/net/udp` or `/proc/net/udp6`.
+fn udp_inode(ip: IpAddr, port: u16) -> Option<u64> {
+    let file = if ip.is_ipv4() {
+        "/proc/net/udp"
+    } else {
+        "/proc/net/udp6"
+    };
+    let text = std::fs::read_to_string(file).ok()?;
+    let want_port = format!("{port:04X}");
+    text.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (addr, p) = f.get(1)?.split_once(':')?;
+        let mine = match ip {
+            IpAddr::V4(v4) => {
+                let hex = format!("{:08X}", u32::from_le_bytes(v4.octets()));
+                addr == hex || addr == "00000000"
+            }
+            // /proc/net/udp6 writes each 32-bit word in host order; the wildcard (rxe's
+            // [::]:4791) is what matters here, and any bound IPv6 address is a candidate.
+            IpAddr::V6(_) => true,
+        };
+        (p == want_port && mine).then(|| f.get(9)?.parse().ok())?
+    })
+}
+
+/// The process that has socket `inode` open, as `pid PID (COMM)`.
+fn owner_of(inode: u64) -> Option<String> {
+    let target = format!("socket:[{inode}]");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = e.file_name().to_string_lossy().to_string();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy() == target) {
+                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                return Some(format!("pid {pid} ({})", comm.trim()));
+            }
+        }
+    }
+    None
+}
+
+/// Who holds UDP `port` on `ip`: `pid PID (COMM)`, `the kernel (rdma_rxe?)` for a socket
+/// of the kernel's own (inode 0: rxe's), `socket inode N` when the process is not
+/// visible, or `None` when /proc shows no such socket.
+pub fn udp_port_holder(ip: IpAddr, port: u16) -> Option<String> {
+    match udp_inode(ip, port)? {
+        0 => Some("the kernel (rdma_rxe?)".to_string()),
+        i => Some(owner_of(i).unwrap_or_else(|| format!("socket inode {i}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_port_is_held_by_this_process() {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        let me = format!("pid {} (", std::process::id());
+        let who = udp_port_holder("127.0.0.1".parse().unwrap(), port);
+        assert!(
+            who.as_deref().is_some_and(|w| w.starts_with(&me)),
+            "{who:?}"
+        );
+    }
+}
