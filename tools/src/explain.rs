@@ -37,10 +37,20 @@ pub fn run(args: &ExplainArgs) -> Result<(), Fail> {
         Some(hex) => u32::from_str_radix(hex, 16),
         None => t.parse::<u32>(),
     };
-    let Ok(v) = parsed else {
-        return Err(format!(
-            "explain: {text:?} is not a number (a vendor_err, e.g. 5 or 0x5)"
-        ));
+    let v = match parsed {
+        Ok(v) => v,
+        Err(e) if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) => {
+            return Err(format!(
+                "explain: {text:?} is larger than a vendor_err can be (32 bits; the codes are \
+                 1 to {})",
+                CauseCode::ALL.len()
+            ))
+        }
+        Err(_) => {
+            return Err(format!(
+                "explain: {text:?} is not a number (a vendor_err, e.g. 5 or 0x5)"
+            ))
+        }
     };
     if v == 0 {
         crate::common::stdout_line("0: no error (vendor_err of a successful completion)".into());

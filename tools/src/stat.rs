@@ -35,7 +35,7 @@ pub struct StatArgs {
     #[arg(long = "pid", value_name = "PID")]
     pub pid_flag: Option<u32>,
     /// With a PID: read it again every SECS seconds until it ends.
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", value_parser = watch_secs)]
     pub watch: Option<u64>,
     /// Instead: run a short RC pingpong of its own between 127.0.0.1 and 127.0.0.2 and
     /// print both devices' counters (also when -n or -s is given).
@@ -53,6 +53,15 @@ pub struct StatArgs {
 struct Wrap {
     #[command(flatten)]
     pp: PingpongArgs,
+}
+
+/// `--watch SECS`: a whole number of seconds, at least 1.
+fn watch_secs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("the interval is at least 1 second".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number of seconds")),
+    }
 }
 
 /// Runs `uroce stat`.

@@ -787,6 +787,39 @@ fn c_extended() {
     run_c_program("c_extended", "extended", "x0=127.0.77.1,x1=127.0.77.2");
 }
 
+/// rdma-core's pingpong without `-g`: no GRH, which RoCE cannot do without (as on rxe),
+/// so the server's move to RTR is refused and both sides fail; under `uroce exec`
+/// (UROCE_EXPLAIN=1) the refusal says why beside the program's own "Failed to modify QP
+/// to RTR".
+#[test]
+fn rc_pingpong_without_a_gid_says_why() {
+    if !ready("rc_pingpong_without_a_gid_says_why", &["ibv_rc_pingpong"]) {
+        return;
+    }
+    let mut server = exec("g0=127.0.79.1", "ibv_rc_pingpong", &["-p", "19179"]);
+    wait_listening(&mut server, 19179, "ibv_rc_pingpong without -g");
+    let client = exec(
+        "g1=127.0.79.2",
+        "ibv_rc_pingpong",
+        &["-p", "19179", "127.0.79.1"],
+    );
+    let c = finish(client, "ibv_rc_pingpong without -g (client)", RUN_FOR);
+    let s = finish(server, "ibv_rc_pingpong without -g (server)", RUN_FOR);
+    let out = text(&s);
+    assert!(
+        !s.status.success() && !c.status.success(),
+        "{out}\n{}",
+        text(&c)
+    );
+    assert!(out.contains("Failed to modify QP to RTR"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("uroce: QP 0x")
+            && l.contains(" to RTR: ")
+            && l.contains("is_global must be set")),
+        "{out}"
+    );
+}
+
 /// uroce's C program of flushed completions (`verbs-api/ibverbs/tests/c/flush_explain.c`)
 /// under `uroce exec` (UROCE_EXPLAIN=1): the receives flushed by the program's own move of
 /// its QP to ERR get no line (a teardown's flushes are expected: `rping`'s clean runs

@@ -192,6 +192,14 @@ fn stat_pid_of_a_process_without_uroce_is_a_one_line_error() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // An interval of 0 is refused in words, not with u64's range.
+    let out = Command::new(env!("CARGO_BIN_EXE_uroce"))
+        .args(["stat", "--pid", &ppid, "--watch", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the interval is at least 1 second"), "{err}");
 }
 
 /// Kills the child when a failed assertion unwinds past it, so no server outlives the

@@ -782,6 +782,11 @@ fn explain_prints_the_sentence_of_a_vendor_err() {
         let err = one_line_error(&run(&["explain", bad]));
         assert!(err.starts_with("uroce: error: explain: "), "{bad}: {err}");
     }
+    // Out of range is not "not a number".
+    let err = one_line_error(&run(&["explain", "4294967296"]));
+    assert!(err.contains("larger than a vendor_err can be"), "{err}");
+    let err = one_line_error(&run(&["explain", "zz"]));
+    assert!(err.contains("is not a number"), "{err}");
 }
 
 /// A fake exchange peer listening on `addr`: runs `script` on the one connection it

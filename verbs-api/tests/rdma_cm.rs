@@ -251,6 +251,11 @@ fn an_address_of_no_device_is_eaddrnotavail() {
     let a = CmId::new(&ch, PortSpace::Tcp).unwrap();
     let e = a.bind_addr("127.0.9.77:1".parse().unwrap()).unwrap_err();
     assert_eq!(e.errno(), libc::EADDRNOTAVAIL, "{e}");
+    // What to set, with the address.
+    assert!(
+        e.to_string().contains("UROCE_DEVICES=uroce0=127.0.9.77"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1245,15 +1245,18 @@ unsafe extern "C" fn uroce_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut
 /// (`rdma_disconnect` does, for one): a teardown's flushed receives are expected, and a
 /// line for them reads as a failure (`rping`'s clean runs printed one on both sides).
 pub(crate) fn explain_to_stderr(q: &UCq, w: &WorkCompletion) {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if w.status == uroce_verbs::WcStatus::Success
-        || !*ON.get_or_init(|| std::env::var("UROCE_EXPLAIN").is_ok_and(|v| v.trim() == "1"))
-    {
+    if w.status == uroce_verbs::WcStatus::Success || !explain_on() {
         return;
     }
     if let Some(line) = explanation(q, w) {
         eprintln!("{line}");
     }
+}
+
+/// `UROCE_EXPLAIN=1` is in the environment (read once).
+fn explain_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("UROCE_EXPLAIN").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// The line [`explain_to_stderr`] prints for the error completion `w`, if any.
@@ -1620,7 +1623,14 @@ pub unsafe extern "C" fn ibv_modify_qp(
         }
         // SAFETY: readable per the contract.
         let (a, mask) = qp_attr_from_c(unsafe { &*attr }, attr_mask)?;
-        q.k.qp.modify(&a, mask)?;
+        q.k.qp.modify(&a, mask).inspect_err(|e| {
+            // Programs print only "Failed to modify QP to RTR": with UROCE_EXPLAIN=1 (as
+            // `uroce exec` sets), say why, as for error completions.
+            if explain_on() {
+                let to = format!("{:?}", a.qp_state).to_uppercase();
+                eprintln!("uroce: QP {:#08x} to {to}: {e}", q.k.qp.qp_num());
+            }
+        })?;
         // SAFETY: the C struct is ours; libibverbs keeps `state` current the same way.
         unsafe { (*q.c()).qp_base.state = q.k.qp.state() as u32 };
         Ok(0)

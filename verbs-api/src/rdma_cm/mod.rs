@@ -60,7 +60,10 @@ pub enum CmError {
     #[error(transparent)]
     Verbs(#[from] crate::VerbsError),
     /// No uroce device has this address (`EADDRNOTAVAIL`).
-    #[error("no uroce device has address {0}; UROCE_DEVICES lists the devices")]
+    #[error(
+        "no uroce device has address {0}: the devices are those UROCE_DEVICES lists \
+         (`UROCE_DEVICES=uroce0={0}`, or `uroce exec --devices uroce0={0} -- PROGRAM`)"
+    )]
     NoDevice(std::net::IpAddr),
     /// The port is already bound in this port space on this device (`EADDRINUSE`).
     #[error("port {port} is already bound on {addr}")]
