@@ -17,15 +17,16 @@ fn udp_inode(ip: IpAddr, port: u16) -> Option<u64> {
     text.lines().skip(1).find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         let (addr, p) = f.get(1)?.split_once(':')?;
-        let mine = match ip {
-            IpAddr::V4(v4) => {
-                let hex = format!("{:08X}", u32::from_le_bytes(v4.octets()));
-                addr == hex || addr == "00000000"
-            }
-            // /proc/net/udp6 writes each 32-bit word in host order; the wildcard (rxe's
-            // [::]:4791) is what matters here, and any bound IPv6 address is a candidate.
-            IpAddr::V6(_) => true,
+        // The address as /proc writes it: each 32-bit word in host (little-endian) order.
+        let hex: String = match ip {
+            IpAddr::V4(v4) => format!("{:08X}", u32::from_le_bytes(v4.octets())),
+            IpAddr::V6(v6) => v6
+                .octets()
+                .chunks_exact(4)
+                .map(|w| format!("{:08X}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+                .collect(),
         };
+        let mine = addr == hex || addr.bytes().all(|b| b == b'0');
         (p == want_port && mine).then(|| f.get(9)?.parse().ok())?
     })
 }
@@ -64,6 +65,23 @@ pub fn udp_port_holder(ip: IpAddr, port: u16) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_port_is_found_by_its_address() {
+        let Ok(s) = std::net::UdpSocket::bind("[::1]:0") else {
+            eprintln!("an_ipv6_port_is_found_by_its_address: no IPv6 loopback here, not checked");
+            return;
+        };
+        let port = s.local_addr().unwrap().port();
+        let me = format!("pid {} (", std::process::id());
+        let who = udp_port_holder("::1".parse().unwrap(), port);
+        assert!(
+            who.as_deref().is_some_and(|w| w.starts_with(&me)),
+            "{who:?}"
+        );
+        // Another address on the same port is not that socket.
+        assert_eq!(udp_port_holder("fd00::99".parse().unwrap(), port), None);
+    }
 
     #[test]
     fn a_bound_port_is_held_by_this_process() {
