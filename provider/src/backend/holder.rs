@@ -66,32 +66,32 @@ pub fn udp_port_holder(ip: IpAddr, port: u16) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// `udp_port_holder` names this process for `s`'s port on `ip`.
+    fn names_me(ip: &str, s: &std::net::UdpSocket) {
+        let port = s.local_addr().unwrap().port();
+        let me = format!("pid {} (", std::process::id());
+        let who = udp_port_holder(ip.parse().unwrap(), port);
+        assert!(
+            who.as_deref().is_some_and(|w| w.starts_with(&me)),
+            "{who:?}"
+        );
+    }
+
     #[test]
     fn an_ipv6_port_is_found_by_its_address() {
         let Ok(s) = std::net::UdpSocket::bind("[::1]:0") else {
             eprintln!("an_ipv6_port_is_found_by_its_address: no IPv6 loopback here, not checked");
             return;
         };
-        let port = s.local_addr().unwrap().port();
-        let me = format!("pid {} (", std::process::id());
-        let who = udp_port_holder("::1".parse().unwrap(), port);
-        assert!(
-            who.as_deref().is_some_and(|w| w.starts_with(&me)),
-            "{who:?}"
-        );
+        names_me("::1", &s);
         // Another address on the same port is not that socket.
+        let port = s.local_addr().unwrap().port();
         assert_eq!(udp_port_holder("fd00::99".parse().unwrap(), port), None);
     }
 
     #[test]
     fn a_bound_port_is_held_by_this_process() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = s.local_addr().unwrap().port();
-        let me = format!("pid {} (", std::process::id());
-        let who = udp_port_holder("127.0.0.1".parse().unwrap(), port);
-        assert!(
-            who.as_deref().is_some_and(|w| w.starts_with(&me)),
-            "{who:?}"
-        );
+        names_me("127.0.0.1", &s);
     }
 }

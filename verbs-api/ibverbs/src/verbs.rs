@@ -1262,7 +1262,7 @@ fn explain_on() -> bool {
 /// The line [`explain_to_stderr`] prints for the error completion `w`, if any.
 fn explanation(q: &UCq, w: &WorkCompletion) -> Option<String> {
     use std::sync::atomic::Ordering::Relaxed;
-    let head = format!("uroce: QP {:#08x} wr_id {}", w.qp_num, w.wr_id);
+    let head = || format!("uroce: QP {:#08x} wr_id {}", w.qp_num, w.wr_id);
     match q.cq.explain(w) {
         Some(uroce_verbs::ErrorCause::Flushed {
             first: Some(uroce_verbs::ErrReason::Modified),
@@ -1270,16 +1270,22 @@ fn explanation(q: &UCq, w: &WorkCompletion) -> Option<String> {
         Some(cause @ uroce_verbs::ErrorCause::Flushed { .. }) => {
             let key = u64::from(w.qp_num) + 1;
             (q.last_flush_listed.swap(key, Relaxed) != key).then(|| {
-                format!("{head}: {cause} (this QP's other flushed completions are not listed)")
+                format!(
+                    "{}: {cause} (this QP's other flushed completions are not listed)",
+                    head()
+                )
             })
         }
         Some(cause) => {
             q.last_flush_listed.store(0, Relaxed);
-            Some(format!("{head}: {cause}"))
+            Some(format!("{}: {cause}", head()))
         }
         None => Some(format!(
-            "{head}: {} (vendor_err {}; `uroce explain {}`)",
-            w.status, w.vendor_err, w.vendor_err
+            "{}: {} (vendor_err {}; `uroce explain {}`)",
+            head(),
+            w.status,
+            w.vendor_err,
+            w.vendor_err
         )),
     }
 }
